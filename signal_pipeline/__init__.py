@@ -1,0 +1,1 @@
+"""Vibration signal pipeline: simulator, readers, windowing, federations."""
