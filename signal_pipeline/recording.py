@@ -27,6 +27,9 @@ class RecordingError(ValueError):
 class Recording:
     """One continuous single-channel vibration recording.
 
+    Two recordings compare equal when their metadata fields are equal; compare the
+    samples themselves with ``numpy.array_equal``.
+
     Parameters
     ----------
     signal : array of shape (n_samples,), float32
@@ -47,7 +50,7 @@ class Recording:
         Free-form extra information (for example defect frequencies of a simulation).
     """
 
-    signal: FloatArray
+    signal: FloatArray = field(compare=False)
     fs_hz: float
     source: str
     rpm: float | None = None
@@ -63,6 +66,8 @@ class Recording:
                 f"expected a 1-D signal, got an array of shape {self.signal.shape}; "
                 "select one channel or column",
             )
+        if self.signal.size == 0:
+            raise RecordingError(self.source, "the signal is empty (0 samples)")
         if self.signal.dtype != np.float32:
             raise RecordingError(self.source, f"signal must be float32, got {self.signal.dtype}")
         if not np.isfinite(self.fs_hz) or self.fs_hz <= 0:
@@ -77,6 +82,10 @@ class Recording:
                 self.source,
                 f"{int(bad.sum())} NaN/Inf sample(s), first at index {first} "
                 f"(t = {first / self.fs_hz:.6g} s); repair or trim the recording",
+            )
+        if self.label is not None and self.label < 0:
+            raise RecordingError(
+                self.source, f"label must be a non-negative integer, got {self.label!r}"
             )
         if self.rpm is not None and (not np.isfinite(self.rpm) or self.rpm <= 0):
             raise RecordingError(self.source, f"rpm must be a positive number, got {self.rpm!r}")

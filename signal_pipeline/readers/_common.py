@@ -91,7 +91,7 @@ def check_positive(value: float | None, name: str, source: str | Path) -> float 
     """Return ``value`` as a float after checking it is a positive finite number (or None)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise RecordingError(source, f"{name} must be a number, got {value!r}")
     number = float(value)
     if not math.isfinite(number) or number <= 0:

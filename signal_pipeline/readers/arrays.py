@@ -11,10 +11,12 @@ Pickled object arrays are never loaded (``allow_pickle=False``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,7 +65,8 @@ def read_npy(
     """
     if read_prefix(path, len(_NPY_MAGIC)) != _NPY_MAGIC:
         raise RecordingError(path, "is not a .npy file (no NumPy header); check the file")
-    array = _guarded_load(path, None, lambda: np.load(path, allow_pickle=False))
+    with path.open("rb") as handle:
+        array = _guarded_load(path, None, lambda: np.load(handle, allow_pickle=False))
     column, chosen = _select_column(path, array, channel)
     source = source_name(path, chosen)
     samples = to_float32_signal(
@@ -163,8 +166,8 @@ def write_npz(recording: Recording, path: Path) -> Path:
         if name in RESERVED_KEYS:
             raise RecordingError(
                 path,
-                f"metadata key {name!r} of {recording.source} collides with a reserved .npz "
-                f"array name ({', '.join(RESERVED_KEYS)}); rename it",
+                f"metadata key {name!r} (recording from {recording.source!r}) collides with "
+                f"a reserved .npz array name ({', '.join(RESERVED_KEYS)}); rename it",
             )
         stored = _storable(value)
         if stored is None:
@@ -195,7 +198,7 @@ def _storable(value: object) -> _Array | None:
     return stored
 
 
-def _guarded_load(path: Path, key: str | None, load: Any) -> Any:
+def _guarded_load(path: Path, key: str | None, load: Callable[[], Any]) -> Any:
     where = "" if key is None else f"array {key!r}: "
     try:
         return load()
@@ -221,14 +224,19 @@ def _corrupt(path: Path, where: str, exc: Exception) -> RecordingError:
 
 
 def _load_archive(path: Path) -> dict[str, _Array]:
-    archive = _guarded_load(path, None, lambda: np.load(path, allow_pickle=False))
     arrays: dict[str, _Array] = {}
-    with archive:
-        for key in archive.files:
-            value = _guarded_load(path, key, lambda key=key: archive[key])
-            if not isinstance(value, np.ndarray):
-                raise RecordingError(path, f"member {key!r} is not a NumPy array; check the file")
-            arrays[key] = value
+    # np.load gets an open file, not the path: given a path, it leaks the file handle
+    # when the zip directory is corrupt.
+    with path.open("rb") as handle:
+        archive = _guarded_load(path, None, lambda: np.load(handle, allow_pickle=False))
+        with archive:
+            for key in archive.files:
+                value = _guarded_load(path, key, functools.partial(archive.__getitem__, key))
+                if not isinstance(value, np.ndarray):
+                    raise RecordingError(
+                        path, f"member {key!r} is not a NumPy array; check the file"
+                    )
+                arrays[key] = value
     return arrays
 
 

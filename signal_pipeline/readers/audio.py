@@ -105,8 +105,8 @@ def write_wav(recording: Recording, path: Path) -> Path:
     if abs(recording.fs_hz - rate_hz) > _INTEGER_RATE_TOLERANCE * recording.fs_hz:
         raise RecordingError(
             path,
-            f"WAV stores an integer sampling rate, but the recording {recording.source} is "
-            f"at {recording.fs_hz!r} Hz; resample it or write .npz instead",
+            f"WAV stores an integer sampling rate, but the recording from "
+            f"{recording.source!r} is at {recording.fs_hz!r} Hz; resample it or write .npz instead",
         )
 
     def write(handle: IO[bytes]) -> None:

@@ -70,7 +70,9 @@ def read_mat(
     variables = _load_variables(path)
     name = _select_variable(path, variables, channel)
     source = source_name(path, name)
-    samples = to_float32_signal(_as_vector(path, name, variables[name]), source, repr(name))
+    samples = to_float32_signal(
+        _as_vector(path, name, variables[name]), source, f"variable {name!r}"
+    )
     metadata: dict[str, object] = {}
     match = _CHANNEL_VARIABLE.fullmatch(name)
     if match is not None:

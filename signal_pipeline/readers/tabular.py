@@ -266,8 +266,8 @@ def _rate_from_times(source: str, times: Float64Array, rows: _Rows, name: str) -
         raise RecordingError(
             source,
             f"timestamps in column {name!r} must increase strictly, but line {rows[at][0]} "
-            f"has t = {times[at]!r} s after t = {times[at - 1]!r} s; sort the rows or remove "
-            "duplicates",
+            f"has t = {float(times[at])!r} s after t = {float(times[at - 1])!r} s; sort the rows "
+            "or remove duplicates",
         )
     step_s = float(times[-1] - times[0]) / (times.size - 1)
     uneven = np.flatnonzero(np.abs(steps - step_s) > RATE_TOLERANCE * step_s)

@@ -43,7 +43,7 @@ def test_npy_column_of_matrix(tmp_path: Path) -> None:
     recording = read_recording(path, fs_hz=2000.0, channel=1)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([5, -15, 22, 0]))
+    np.testing.assert_array_equal(recording.signal, np.array([5, -15, 22, 0], dtype=np.float32))
     assert recording.channel == "1"
     assert recording.source == f"{path}[1]"
 
@@ -288,7 +288,10 @@ def test_writer_replaces_existing_file_without_leftovers(tmp_path: Path) -> None
         st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True).filter(
             lambda key: key not in ("signal", "fs", "rpm", "label")
         ),
-        st.text(max_size=8) | st.floats(allow_nan=False) | st.integers(-(2**62), 2**62),
+        # numpy strings drop trailing NULs, so the writer skips such values (tested above)
+        st.text(max_size=8).filter(lambda text: not text.endswith("\x00"))
+        | st.floats(allow_nan=False)
+        | st.integers(-(2**62), 2**62),
         max_size=4,
     ),
 )

@@ -27,7 +27,7 @@ def test_int16_is_scaled_to_full_scale(tmp_path: Path) -> None:
     recording = read_recording(path, rpm=1500.0, label=2)
 
     # Assert
-    expected = np.float32([-1.0, -0.5, 0.0, 0.5, 32767 / 32768])
+    expected = np.array([-1.0, -0.5, 0.0, 0.5, 32767 / 32768], dtype=np.float32)
     np.testing.assert_array_equal(recording.signal, expected)
     assert recording.fs_hz == 8000.0
     assert (recording.rpm, recording.label) == (1500.0, 2)
@@ -56,12 +56,12 @@ def test_uint8_is_centred(tmp_path: Path) -> None:
     recording = read_recording(path)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([-1.0, 0.0, 0.5]))
+    np.testing.assert_array_equal(recording.signal, np.array([-1.0, 0.0, 0.5], dtype=np.float32))
 
 
 def test_float32_is_kept_as_is(tmp_path: Path) -> None:
     # Prepare
-    samples = np.float32([3.5, -7.25, 0.125])
+    samples = np.array([3.5, -7.25, 0.125], dtype=np.float32)
     path = _wav(tmp_path, 51200, samples)
 
     # Execute
@@ -80,7 +80,7 @@ def test_stereo_channel_by_index(tmp_path: Path, channel: int | str) -> None:
     recording = read_recording(path, channel=channel)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([0.5, -0.5]))
+    np.testing.assert_array_equal(recording.signal, np.array([0.5, -0.5], dtype=np.float32))
     assert recording.channel == "1"
     assert recording.source == f"{path}[1]"
 
@@ -113,7 +113,7 @@ def test_rate_that_disagrees_with_header(tmp_path: Path) -> None:
 
 def test_nan_samples_are_refused(tmp_path: Path) -> None:
     # Prepare
-    path = _wav(tmp_path, 8000, np.float32([0.0, np.nan, 1.0]))
+    path = _wav(tmp_path, 8000, np.array([0.0, np.nan, 1.0], dtype=np.float32))
 
     # Execute / Assert
     with pytest.raises(RecordingError, match=names(path, r"NaN/Inf sample\(s\), first at index 1")):

@@ -27,13 +27,13 @@ def test_suffix_is_case_insensitive(tmp_path: Path) -> None:
     # Prepare
     path = tmp_path / "REC.NPY"
     with path.open("wb") as handle:
-        np.save(handle, np.float32([1, 2]))
+        np.save(handle, np.array([1, 2], dtype=np.float32))
 
     # Execute
     recording = read_recording(str(path), fs_hz=10.0)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([1, 2]))
+    np.testing.assert_array_equal(recording.signal, np.array([1, 2], dtype=np.float32))
 
 
 @pytest.mark.parametrize("name", ["rec.tdms", "rec"])

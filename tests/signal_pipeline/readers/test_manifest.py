@@ -181,7 +181,11 @@ def test_different_machines_may_have_different_rates(tmp_path: Path, data_dir: P
             "path,machine_id,label\ndata/a.npz,m,0\ndata/a.npz,m,1\n",
             "row 2 repeats row 1",
         ),
-        ("m.toml", "[[recording]]\npath = 'data/a.npz'\nlabel = 0\n", "entry 1: missing.*'machine_id'"),
+        (
+            "m.toml",
+            "[[recording]]\npath = 'data/a.npz'\nlabel = 0\n",
+            "entry 1: missing.*'machine_id'",
+        ),
         (
             "m.toml",
             "[[recording]]\npath='data/a.npz'\nmachine_id='m'\nlabel=0\nfs=1\n",

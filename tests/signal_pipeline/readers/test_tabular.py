@@ -30,7 +30,7 @@ def test_headerless_single_column_with_rate(tmp_path: Path) -> None:
     recording = read_recording(path, fs_hz=100.0, rpm=600.0)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([0.5, -0.25, 1e-3]))
+    np.testing.assert_array_equal(recording.signal, np.array([0.5, -0.25, 1e-3], dtype=np.float32))
     assert (recording.fs_hz, recording.rpm) == (100.0, 600.0)
     assert recording.channel is None
     assert recording.source == str(path)
@@ -45,7 +45,7 @@ def test_time_column_gives_the_rate(tmp_path: Path) -> None:
 
     # Assert
     assert recording.fs_hz == pytest.approx(1000.0, rel=1e-12)
-    np.testing.assert_array_equal(recording.signal, np.float32([1, 2, 3, 4]))
+    np.testing.assert_array_equal(recording.signal, np.array([1, 2, 3, 4], dtype=np.float32))
     assert recording.channel == "acc"
     assert recording.source == f"{path}[acc]"
 
@@ -59,7 +59,7 @@ def test_channel_by_name_or_index(tmp_path: Path, channel: str | int) -> None:
     recording = read_recording(path, channel=channel, time_column=0)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([10, 20]))
+    np.testing.assert_array_equal(recording.signal, np.array([10, 20], dtype=np.float32))
     assert recording.fs_hz == 2.0
     assert recording.channel == "acc_y"
 
@@ -72,7 +72,7 @@ def test_headerless_column_by_index_and_semicolons(tmp_path: Path) -> None:
     recording = read_recording(path, fs_hz=10.0, channel=1)
 
     # Assert
-    np.testing.assert_array_equal(recording.signal, np.float32([10, 20]))
+    np.testing.assert_array_equal(recording.signal, np.array([10, 20], dtype=np.float32))
     assert recording.channel == "1"
 
 
