@@ -21,6 +21,8 @@ from signal_pipeline.spectrum import envelope_spectrum
 
 MATCH_TOLERANCE = 0.02
 """Relative distance within which a line counts as a defect frequency (slip is 1–2 %)."""
+PEAK_SEPARATION_HZ = 3.0
+"""Listed lines are at least this far apart, so one broad peak is listed once."""
 SEGMENT_SECONDS = 2.0
 """Envelope spectra are averaged over segments of this length (0.5 Hz resolution)."""
 
@@ -65,22 +67,23 @@ def default_band(fs_hz: float) -> tuple[float, float]:
 
 
 def reference_lines(freqs: DefectFrequencies) -> dict[str, float]:
-    """Named frequencies a line can match, in Hz."""
-    named = {
-        "1×": freqs.shaft_hz,
-        "2×": 2 * freqs.shaft_hz,
-        "FTF": freqs.ftf_hz,
-        "BSF": freqs.bsf_hz,
-        "2×BSF": 2 * freqs.bsf_hz,
-        "4×BSF": 4 * freqs.bsf_hz,
-        "BPFO": freqs.bpfo_hz,
-        "2×BPFO": 2 * freqs.bpfo_hz,
-        "3×BPFO": 3 * freqs.bpfo_hz,
-        "BPFI": freqs.bpfi_hz,
-        "2×BPFI": 2 * freqs.bpfi_hz,
-        "BPFI−1×": freqs.bpfi_hz - freqs.shaft_hz,
-        "BPFI+1×": freqs.bpfi_hz + freqs.shaft_hz,
-    }
+    """Named frequencies a line can match, in Hz: harmonics 1–4 of each defect frequency,
+    1×–3× shaft speed, the cage frequency and the shaft-rate sidebands of BPFI."""
+    named = {"FTF": freqs.ftf_hz, "BSF": freqs.bsf_hz}
+    for order in (1, 2, 3):
+        named[f"{order}×"] = order * freqs.shaft_hz
+    for name, hz in (
+        ("BPFO", freqs.bpfo_hz),
+        ("BPFI", freqs.bpfi_hz),
+        ("2×BSF", freqs.ball_strike_hz),
+    ):
+        named[name] = hz
+        for harmonic in (2, 3, 4):
+            named[f"{harmonic}×{name}" if name != "2×BSF" else f"{2 * harmonic}×BSF"] = (
+                harmonic * hz
+            )
+    named["BPFI−1×"] = freqs.bpfi_hz - freqs.shaft_hz
+    named["BPFI+1×"] = freqs.bpfi_hz + freqs.shaft_hz
     return named
 
 
@@ -120,7 +123,9 @@ def inspect_recording(
     freqs, spectrum = averaged_envelope_spectrum(recording, band)
     usable = (freqs >= 2.0) & (freqs <= max_frequency_hz)
     indices = np.flatnonzero(usable)
-    peaks, _ = sps.find_peaks(spectrum[indices])
+    resolution_hz = float(freqs[1] - freqs[0])
+    separation = max(1, round(PEAK_SEPARATION_HZ / resolution_hz))
+    peaks, _ = sps.find_peaks(spectrum[indices], distance=separation)
     strongest = indices[peaks[np.argsort(spectrum[indices][peaks])[::-1][:top]]]
     defect = None
     named: dict[str, float] = {}
