@@ -75,6 +75,17 @@ def _datasets(splits: Mapping[str, WindowedSplit], labels: IntArray) -> list[Dat
     ]
 
 
+def _concatenate(parts: Sequence[WindowedSplit]) -> WindowedSplit:
+    """Windows of several recordings' splits, ``recording_index`` = position in ``parts``."""
+    return WindowedSplit(
+        windows=np.concatenate([p.windows for p in parts]),
+        starts=np.concatenate([p.starts for p in parts]),
+        recording_index=np.concatenate(
+            [np.full(len(p), i, dtype=np.int64) for i, p in enumerate(parts)]
+        ),
+    )
+
+
 def simulate_client(
     client_id: str,
     group: int,
@@ -108,24 +119,15 @@ def simulate_client(
         )
         recordings.append(sim.to_recording(source=f"{client_id} label {label}"))
         fractions.append(SplitFractions(n_train / total, n_val / total, n_test / total))
-    parts: dict[str, list[WindowedSplit]] = {name: [] for name in SPLIT_NAMES}
-    for recording, fraction in zip(recordings, fractions, strict=True):
-        one = split_windows_by_time(
-            [recording], settings.window_length, settings.window_length, fraction
-        )
-        for name in SPLIT_NAMES:
-            parts[name].append(one[name])
-    datasets = []
-    for name in SPLIT_NAMES:
-        x = np.concatenate([p.windows for p in parts[name]])[:, np.newaxis, :]
-        y = np.concatenate(
-            [
-                np.full(len(p), r.label, dtype=np.int64)
-                for p, r in zip(parts[name], recordings, strict=True)
-            ]
-        )
-        datasets.append(Dataset(np.ascontiguousarray(x), y))
-    return ClientData(client_id, group, *datasets)
+    per_recording = [
+        split_windows_by_time([recording], settings.window_length, settings.window_length, f)
+        for recording, f in zip(recordings, fractions, strict=True)
+    ]
+    merged = {
+        name: _concatenate([splits[name] for splits in per_recording]) for name in SPLIT_NAMES
+    }
+    labels = np.array([r.label for r in recordings], dtype=np.int64)
+    return ClientData(client_id, group, *_datasets(merged, labels))
 
 
 def mixed_fault(
