@@ -29,6 +29,7 @@ from signal_pipeline.splitting import (
     SPLIT_NAMES,
     SplitFractions,
     WindowedSplit,
+    concatenate_splits,
     split_windows_by_recording,
     split_windows_by_time,
 )
@@ -75,17 +76,6 @@ def _datasets(splits: Mapping[str, WindowedSplit], labels: IntArray) -> list[Dat
     ]
 
 
-def _concatenate(parts: Sequence[WindowedSplit]) -> WindowedSplit:
-    """Windows of several recordings' splits, ``recording_index`` = position in ``parts``."""
-    return WindowedSplit(
-        windows=np.concatenate([p.windows for p in parts]),
-        starts=np.concatenate([p.starts for p in parts]),
-        recording_index=np.concatenate(
-            [np.full(len(p), i, dtype=np.int64) for i, p in enumerate(parts)]
-        ),
-    )
-
-
 def simulate_client(
     client_id: str,
     group: int,
@@ -124,7 +114,8 @@ def simulate_client(
         for recording, f in zip(recordings, fractions, strict=True)
     ]
     merged = {
-        name: _concatenate([splits[name] for splits in per_recording]) for name in SPLIT_NAMES
+        name: concatenate_splits([splits[name] for splits in per_recording], settings.window_length)
+        for name in SPLIT_NAMES
     }
     labels = np.array([r.label for r in recordings], dtype=np.int64)
     return ClientData(client_id, group, *_datasets(merged, labels))

@@ -16,6 +16,7 @@ from signal_pipeline.splitting import (
     Segment,
     SplitFractions,
     WindowedSplit,
+    concatenate_splits,
     minimum_recording_samples,
     split_recordings,
     split_windows_by_recording,
@@ -359,3 +360,23 @@ def test_split_windows_by_recording_rejects_short_recording() -> None:
     # Execute / Assert
     with pytest.raises(RecordingError, match=r"tiny\.csv: recording is 5 samples"):
         split_windows_by_recording(recordings, 10, 5, SplitFractions(), np.random.default_rng(0))
+
+
+def test_concatenate_splits_renumbers_recordings_by_position() -> None:
+    # Prepare
+    first = WindowedSplit(
+        np.zeros((2, 4), np.float32), np.array([0, 4]), np.array([7, 7], dtype=np.int64)
+    )
+    second = WindowedSplit(
+        np.ones((1, 4), np.float32), np.array([8]), np.array([3], dtype=np.int64)
+    )
+
+    # Execute
+    merged = concatenate_splits([first, second], window_length=4)
+    empty = concatenate_splits([], window_length=4)
+
+    # Assert
+    assert merged.recording_index.tolist() == [0, 0, 1]
+    assert merged.starts.tolist() == [0, 4, 8]
+    np.testing.assert_array_equal(merged.windows[2], np.ones(4, np.float32))
+    assert empty.windows.shape == (0, 4)
