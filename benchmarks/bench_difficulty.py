@@ -1,6 +1,6 @@
 """How hard is the simulated mixed-fault task? Local versus per-group training of a 1-D CNN.
 
-Usage: python benchmarks/bench_difficulty.py [--snr-db -6] [--seed 0] [--machine-spread 1]
+Usage: python benchmarks/bench_difficulty.py [--snr-db -6] [--seed 0] [--machine-spread 0.25]
 
 Builds the ``mixed-fault`` federation, then trains a small 1-D CNN (a wide strided first
 kernel, as in WDCNN) on every fourth machine alone ("local", 30 epochs) and on each true
@@ -69,7 +69,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snr-db", type=float, default=DEFAULT_SNR_DB)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--machine-spread", type=float, default=1.0)
+    parser.add_argument(
+        "--machine-spread", type=float, default=VibrationSettings.machine_spread
+    )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from faultfleet import __version__
 from faultfleet.cli_demo import add_demo_command
 from faultfleet.cli_signals import add_signals_commands
+from faultfleet.cli_sim import add_sim_command
 from signal_pipeline.recording import RecordingError
 
 logger = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="faultfleet",
         description=(
             "Clustered federated learning for machine fault diagnosis: simulate and inspect "
-            "vibration signals, build federations of machines."
+            "vibration signals, build federations of machines, run federated strategies."
         ),
     )
     parser.add_argument("--version", action="version", version=f"faultfleet {__version__}")
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_signals_commands(commands)
+    add_sim_command(commands)
     add_demo_command(commands)
     return parser
 

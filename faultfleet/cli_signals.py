@@ -151,7 +151,12 @@ def add_signals_commands(commands: Any) -> None:
     fed.add_argument(
         "--window-length", type=int, default=1024, help="samples per window (default 1024)"
     )
-    fed.add_argument("--machine-spread", type=float, default=1.0)
+    fed.add_argument(
+        "--machine-spread",
+        type=float,
+        default=VibrationSettings.machine_spread,
+        help="how much machines differ (default 0.25: nominally identical machines)",
+    )
     fed.add_argument("--snr-db", type=float, default=DEFAULT_SNR_DB)
     fed.add_argument(
         "--split-by", choices=["time", "recording"], default="time", help="manifest only"

@@ -51,7 +51,10 @@ class VibrationSettings:
     rpm: float = 1800.0
     """Nominal speed around which each machine's speed is drawn."""
     snr_db: float = DEFAULT_SNR_DB
-    machine_spread: float = 1.0
+    machine_spread: float = 0.25
+    """How much machines differ (see :meth:`MachineProfile.sample`). 0.25 models nominally
+    identical machines, like the single test rig of FLACC §VI; 1.0 a plant of dissimilar
+    machines, where pooling a group's data helps little (docs/simulator.md, *Difficulty*)."""
     severity: float = 1.0
     test_fraction: float = 0.15
     val_fraction: float = 0.15

@@ -1,0 +1,246 @@
+"""The interface every clustered-FL strategy implements, and the policy they all share.
+
+Shaped after Flower's ``Strategy`` (paired ``configure_*`` / ``aggregate_*`` verbs, the round
+number first, failures passed in as data) with one change clustered FL needs: the answer of
+:meth:`Strategy.configure_round` says *which model each client trains*, and a strategy holds
+any number of models at once, keyed by name.
+
+A strategy is pure: no clock, no I/O, randomness only from the generator it is given. Its
+whole state round-trips through :meth:`Strategy.state_dict` / :meth:`Strategy.load_state_dict`
+(arrays plus JSON-ready metadata), which is what makes a resumed run identical to an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from faultfleet.tasks import EvaluateInstruction, EvaluateResult, Failure, FitInstruction, FitResult
+from faultfleet.types import FloatArray
+
+ModelFactory = Callable[[int], FloatArray]
+"""``factory(i)`` gives the flat weights of the i-th independent initialisation of the model;
+the same ``i`` always gives the same weights."""
+
+JsonDict = dict[str, Any]
+
+
+@dataclass
+class StrategyState:
+    """A strategy's state: arrays (stored as .npz) and JSON-ready metadata."""
+
+    arrays: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+    meta: JsonDict = field(default_factory=dict)
+
+
+class Strategy(ABC):
+    """Base of all strategies.
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c: each round ``max(1, round(c · m))`` of the m registered clients are
+        sampled, among those available.
+    """
+
+    name: ClassVar[str]
+    """Registry name, as used on the command line."""
+    full_participation: ClassVar[bool] = False
+    """True for strategies that need every client in every round (CFL); the run's client
+    fraction does not apply to them."""
+
+    def __init__(self, *, fraction: float = 0.25) -> None:
+        self.fraction = fraction
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def initialize(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
+        """Register the federation's clients and create the initial model(s)."""
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+        if len(client_ids) == 0:
+            raise ValueError("a strategy needs at least one client")
+        if len(set(client_ids)) != len(client_ids):
+            raise ValueError("client ids must be unique")
+        self.client_ids_: tuple[str, ...] = tuple(client_ids)
+        self.client_index_: dict[str, int] = {c: i for i, c in enumerate(self.client_ids_)}
+        self.models_: dict[str, FloatArray] = {}
+        self._initialize(model_factory)
+
+    @abstractmethod
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        """Create ``self.models_`` and any strategy state."""
+
+    # -- training rounds -------------------------------------------------------------------
+
+    def configure_round(
+        self, server_round: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[FitInstruction]:
+        """Sample clients among ``available`` and say which model each one trains."""
+        return [
+            FitInstruction(c, self.fit_models(server_round, c))
+            for c in self.sample_clients(available, rng)
+        ]
+
+    def sample_clients(self, available: Sequence[str], rng: np.random.Generator) -> list[str]:
+        """``max(1, round(c · m))`` clients drawn without replacement from ``available``.
+
+        The count is a fraction of all registered clients, capped by how many are available;
+        the result is in registration order.
+        """
+        pool = sorted((c for c in set(available) if c in self.client_index_), key=self._index)
+        wanted = max(1, round(self.fraction * len(self.client_ids_)))
+        count = min(wanted, len(pool))
+        if count == 0:
+            return []
+        chosen = rng.choice(len(pool), size=count, replace=False)
+        return sorted((pool[int(i)] for i in chosen), key=self._index)
+
+    @abstractmethod
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        """Key(s) of the model(s) ``client_id`` is sent for training this round."""
+
+    def aggregate_round(
+        self,
+        server_round: int,
+        results: Sequence[FitResult],
+        failures: Sequence[Failure],
+    ) -> None:
+        """Fold the clients' updates into the models.
+
+        Results are validated (known client, known model, right length) and sorted by client
+        registration order, so the aggregate does not depend on the order of arrival.
+        """
+        size = self._model_size()
+        for r in results:
+            if r.client_id not in self.client_index_:
+                raise ValueError(f"result from unknown client {r.client_id!r}")
+            if r.model_key not in self.models_:
+                raise ValueError(f"client {r.client_id!r} trained unknown model {r.model_key!r}")
+            if r.weights.shape != (size,) or r.delta.shape != (size,):
+                raise ValueError(
+                    f"client {r.client_id!r} sent weights of shape {r.weights.shape}, "
+                    f"expected ({size},)"
+                )
+        ordered = sorted(results, key=lambda r: self._index(r.client_id))
+        self._aggregate(server_round, ordered, failures)
+
+    @abstractmethod
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        """Update models and clustering state from validated, ordered results."""
+
+    # -- evaluation ------------------------------------------------------------------------
+
+    def configure_evaluate(
+        self, server_round: int, client_ids: Sequence[str]
+    ) -> list[EvaluateInstruction]:
+        """The model each client predicts with (its cluster's model)."""
+        return [EvaluateInstruction(c, self.predict_models(c)) for c in client_ids]
+
+    def predict_models(self, client_id: str) -> tuple[str, ...]:
+        """Key(s) of the model ``client_id`` predicts with; several means lowest loss wins."""
+        return (self.model_key_for(client_id),)
+
+    @abstractmethod
+    def model_key_for(self, client_id: str) -> str:
+        """Key of the model that currently serves ``client_id``."""
+
+    def aggregate_evaluate(  # noqa: B027 - an optional hook, not an abstract step
+        self, server_round: int, results: Sequence[EvaluateResult]
+    ) -> None:
+        """Take note of evaluation results; the default ignores them.
+
+        Must not change anything that training depends on, so that how often a run
+        evaluates never changes its models.
+        """
+
+    # -- clustering ------------------------------------------------------------------------
+
+    @property
+    def models(self) -> Mapping[str, FloatArray]:
+        """Every model the strategy holds, by key."""
+        return self.models_
+
+    def cluster_labels(self) -> dict[str, int]:
+        """Cluster index of every client: clients served by the same model share one."""
+        keys = sorted({self.model_key_for(c) for c in self.client_ids_})
+        index = {k: i for i, k in enumerate(keys)}
+        return {c: index[self.model_key_for(c)] for c in self.client_ids_}
+
+    def round_metrics(self) -> dict[str, float]:
+        """Strategy-specific numbers about the last round, for run histories and plots."""
+        return {}
+
+    @property
+    def num_clusters(self) -> int:
+        """Number of distinct clusters among the clients."""
+        return len(set(self.cluster_labels().values()))
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state_dict(self) -> StrategyState:
+        """Everything needed to continue this strategy exactly where it is."""
+        keys = list(self.models_)
+        state = StrategyState(
+            arrays={f"model/{i}": self.models_[k] for i, k in enumerate(keys)},
+            meta={"strategy": self.name, "client_ids": list(self.client_ids_), "models": keys},
+        )
+        extra_meta, extra_arrays = self._extra_state()
+        state.meta["extra"] = extra_meta
+        state.arrays.update({f"extra/{k}": v for k, v in extra_arrays.items()})
+        return state
+
+    def load_state_dict(self, state: StrategyState) -> None:
+        """Restore what :meth:`state_dict` returned (on a strategy with the same settings)."""
+        if state.meta.get("strategy") != self.name:
+            raise ValueError(
+                f"state belongs to strategy {state.meta.get('strategy')!r}, not {self.name!r}"
+            )
+        self.client_ids_ = tuple(state.meta["client_ids"])
+        self.client_index_ = {c: i for i, c in enumerate(self.client_ids_)}
+        self.models_ = {
+            k: np.asarray(state.arrays[f"model/{i}"], dtype=np.float32)
+            for i, k in enumerate(state.meta["models"])
+        }
+        extras = {
+            k.removeprefix("extra/"): v for k, v in state.arrays.items() if k.startswith("extra/")
+        }
+        self._load_extra_state(state.meta["extra"], extras)
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        """Strategy-specific state beyond the models: (metadata, arrays)."""
+        return {}, {}
+
+    def _load_extra_state(  # noqa: B027 - an optional hook, not an abstract step
+        self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]
+    ) -> None:
+        """Inverse of :meth:`_extra_state`."""
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _index(self, client_id: str) -> int:
+        return self.client_index_[client_id]
+
+    def _model_size(self) -> int:
+        first = next(iter(self.models_.values()))
+        return int(first.shape[0])
+
+
+def check_positive_int(name: str, value: int, minimum: int = 1) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an int >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_finite(name: str, value: float) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is a finite number."""
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")

@@ -1,0 +1,254 @@
+"""CFL: clustered federated learning by recursive optimal bipartitioning.
+
+Sattler, Müller & Samek, "Clustered federated learning: model-agnostic distributed multitask
+optimization under privacy constraints", IEEE TNNLS 32(8), 2021 (FLACC's reference [26]).
+We follow Algorithm 1 of that paper:
+
+* all clients start in one cluster with one model and *every* client trains its cluster's
+  model every round;
+* each cluster's model moves by the sample-weighted mean of its members' updates Δθ_i,
+  i.e. becomes the sample-weighted mean of their weights (FLACC Algorithm 1, line 20);
+* a cluster c is split when the federation has reached a stationary point of its joint
+  objective while some member is still far from a stationary point of its own (Sattler et
+  al.'s two splitting criteria)::
+
+      ‖Σ_{i∈c} (n_i/n_c) Δθ_i‖ < ε₁   and   max_{i∈c} ‖Δθ_i‖ > ε₂
+
+  and, as in the authors' experiments, only after a warm-up of ``min_rounds`` rounds and
+  only when the cluster is large enough to be split;
+* the split is the optimal bipartition of the members' cosine-similarity matrix α
+  (FLACC eq. 19): the bipartition c₁ ∪ c₂ minimising max_{i∈c₁, j∈c₂} α_ij (FLACC §III,
+  Remark 3), which Sattler et al. compute by complete-linkage hierarchical clustering of −α
+  into two clusters. Both halves start from a copy of the cluster's (just averaged) model.
+
+CFL needs every client's update every round, so it is only defined for ``fraction = 1.0``;
+FLACC (§II-C) names this full participation as CFL's main cost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.cluster import AgglomerativeClustering
+
+from coordinator.aggregate import cosine_similarity_matrix, update_norms, weighted_average
+from coordinator.strategies.base import (
+    JsonDict,
+    ModelFactory,
+    Strategy,
+    check_finite,
+    check_positive_int,
+)
+from faultfleet.tasks import Failure, FitResult
+from faultfleet.types import Float64Array, IntArray
+
+logger = logging.getLogger(__name__)
+
+
+def optimal_bipartition(similarity: Float64Array) -> IntArray:
+    """Split clients in two so that the largest cross-similarity is smallest (FLACC Remark 3).
+
+    Parameters
+    ----------
+    similarity : array of shape (m, m), m >= 2
+        Pairwise cosine similarities of the clients' updates.
+
+    Returns
+    -------
+    array of shape (m,), int64
+        0 or 1 per client; the first client is always in half 0.
+    """
+    if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
+        raise ValueError(f"similarity must be a square matrix, got shape {similarity.shape}")
+    if similarity.shape[0] < 2:
+        raise ValueError(f"a bipartition needs at least 2 clients, got {similarity.shape[0]}")
+    distance = 1.0 - similarity
+    distance = np.clip((distance + distance.T) / 2.0, 0.0, None)
+    np.fill_diagonal(distance, 0.0)
+    linkage = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete")
+    labels = np.asarray(linkage.fit_predict(distance), dtype=np.int64)
+    return labels if labels[0] == 0 else 1 - labels
+
+
+class CFL(Strategy):
+    """Recursive bipartitioning of the federation, one model per cluster.
+
+    Parameters
+    ----------
+    eps1 : float
+        ε₁: a cluster is stationary when the norm of its mean update is below this.
+    eps2 : float
+        ε₂: a cluster is split only if some member's update norm exceeds this.
+    min_rounds : int
+        No split before this server round (warm-up; Sattler et al. use 20).
+    min_cluster_size : int
+        A cluster is split only if it has at least ``2 * min_cluster_size`` answering
+        members. The bipartition itself is not constrained, as in Sattler et al.
+    fraction : float
+        Must be 1.0: CFL requires every client every round.
+
+    Attributes
+    ----------
+    clusters_ : dict of str to str
+        Model key of each client's cluster.
+    next_cluster_id_ : int
+        Integer of the next new cluster key ``"cluster-{id}"``.
+    last_norms_ : dict of str to (float, float)
+        Per cluster trained in the last round: (mean update norm, max update norm).
+        Not saved in the state; it is for logging.
+    last_splits_ : list of (str, str, str)
+        ``(parent, half_0, half_1)`` for every split of the last round.
+
+    Notes
+    -----
+    The defaults ε₁ = 0.4, ε₂ = 1.6 are those Sattler et al. publish for their experiments.
+    Update norms scale with the model, optimiser, learning rate and local epochs, so these
+    must be tuned per setup: log :attr:`last_norms_` for a few runs without splitting and
+    set ε₁ just above the mean-norm plateau and ε₂ below the max norms it still shows.
+
+    A cluster is tested only in a round where *all* its members answered: a bipartition of
+    a subset would leave the silent members without a half. Its model is still averaged
+    over the members that did answer.
+    """
+
+    name: ClassVar[str] = "cfl"
+    full_participation: ClassVar[bool] = True
+    """Every client trains every round: the registry does not pass a fraction to CFL."""
+
+    def __init__(
+        self,
+        *,
+        eps1: float = 0.4,
+        eps2: float = 1.6,
+        min_rounds: int = 20,
+        min_cluster_size: int = 2,
+        fraction: float = 1.0,
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.eps1 = eps1
+        self.eps2 = eps2
+        self.min_rounds = min_rounds
+        self.min_cluster_size = min_cluster_size
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        if self.fraction != 1.0:
+            raise ValueError(
+                f"CFL requires fraction = 1.0 (every client trains every round), got "
+                f"fraction={self.fraction}; use FLACC or IFCA for partial participation"
+            )
+        for name, value in (("eps1", self.eps1), ("eps2", self.eps2)):
+            check_finite(name, value)
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        check_positive_int("min_rounds", self.min_rounds, minimum=0)
+        check_positive_int("min_cluster_size", self.min_cluster_size)
+        first = "cluster-0"
+        self.models_[first] = np.array(model_factory(0), dtype=np.float32)
+        self.clusters_: dict[str, str] = dict.fromkeys(self.client_ids_, first)
+        self.next_cluster_id_ = 1
+        self.last_norms_: dict[str, tuple[float, float]] = {}
+        self.last_splits_: list[tuple[str, str, str]] = []
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        return (self.clusters_[client_id],)
+
+    def model_key_for(self, client_id: str) -> str:
+        return self.clusters_[client_id]
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        by_cluster: dict[str, list[FitResult]] = {}
+        for r in results:
+            if r.model_key != self.clusters_[r.client_id]:
+                raise ValueError(
+                    f"client {r.client_id!r} trained {r.model_key!r}, but its cluster is "
+                    f"{self.clusters_[r.client_id]!r}"
+                )
+            by_cluster.setdefault(r.model_key, []).append(r)
+        self.last_norms_ = {}
+        self.last_splits_ = []
+        for key in [k for k in self.models_ if k in by_cluster]:
+            members = by_cluster[key]
+            counts = [r.num_samples for r in members]
+            self.models_[key] = weighted_average([r.weights for r in members], counts)
+            deltas = [r.delta for r in members]
+            mean_norm = float(np.linalg.norm(weighted_average(deltas, counts)))
+            max_norm = float(np.max(update_norms(deltas)))
+            self.last_norms_[key] = (mean_norm, max_norm)
+            logger.debug(
+                "round %d, %s: mean update norm %.4g, max %.4g",
+                server_round,
+                key,
+                mean_norm,
+                max_norm,
+            )
+            if self._should_split(server_round, key, members, mean_norm, max_norm):
+                self._split(key, members)
+
+    def round_metrics(self) -> dict[str, float]:
+        """Largest mean and max update norms over the clusters of the last round: the two
+        numbers eps1 and eps2 are compared with."""
+        if not self.last_norms_:
+            return {}
+        return {
+            "mean_update_norm": max(mean for mean, _ in self.last_norms_.values()),
+            "max_update_norm": max(largest for _, largest in self.last_norms_.values()),
+        }
+
+    def _should_split(
+        self,
+        server_round: int,
+        key: str,
+        members: Sequence[FitResult],
+        mean_norm: float,
+        max_norm: float,
+    ) -> bool:
+        """The two criteria of Sattler et al., the warm-up, and a complete, large enough cluster."""
+        everyone_answered = len(members) == sum(1 for k in self.clusters_.values() if k == key)
+        return (
+            everyone_answered
+            and server_round >= self.min_rounds
+            and len(members) > 2 * self.min_cluster_size - 1
+            and mean_norm < self.eps1
+            and max_norm > self.eps2
+        )
+
+    def _split(self, key: str, members: Sequence[FitResult]) -> None:
+        """Replace cluster ``key`` by its optimal bipartition, both halves on its model."""
+        halves = optimal_bipartition(cosine_similarity_matrix([r.delta for r in members]))
+        new_keys = (f"cluster-{self.next_cluster_id_}", f"cluster-{self.next_cluster_id_ + 1}")
+        self.next_cluster_id_ += 2
+        model = self.models_.pop(key)
+        for new_key in new_keys:
+            self.models_[new_key] = model.copy()
+        for r, half in zip(members, halves, strict=True):
+            self.clusters_[r.client_id] = new_keys[int(half)]
+        self.last_splits_.append((key, *new_keys))
+        logger.debug("split %s into %s and %s", key, *new_keys)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "clusters": [self.clusters_[c] for c in self.client_ids_],
+            "next_cluster_id": self.next_cluster_id_,
+        }
+        return meta, {}
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        clusters = list(meta["clusters"])
+        if len(clusters) != len(self.client_ids_):
+            raise ValueError(
+                f"state lists {len(clusters)} clusters for {len(self.client_ids_)} clients"
+            )
+        unknown = sorted(set(clusters) - set(self.models_))
+        if unknown:
+            raise ValueError(f"state assigns clients to clusters without a model: {unknown}")
+        self.clusters_ = dict(zip(self.client_ids_, clusters, strict=True))
+        self.next_cluster_id_ = int(meta["next_cluster_id"])
+        self.last_norms_ = {}
+        self.last_splits_ = []

@@ -1,0 +1,39 @@
+"""FedAvg: one global model, sample-weighted model averaging.
+
+McMahan et al., "Communication-efficient learning of deep networks from decentralized
+data", AISTATS 2017 (FLACC's reference [5]; FLACC Algorithm 1, line 20).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from coordinator.aggregate import weighted_average
+from coordinator.strategies.base import ModelFactory, Strategy
+from faultfleet.tasks import Failure, FitResult
+
+GLOBAL = "global"
+
+
+class FedAvg(Strategy):
+    """One model for every client."""
+
+    name: ClassVar[str] = "fedavg"
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self.models_[GLOBAL] = model_factory(0)
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        return (GLOBAL,)
+
+    def model_key_for(self, client_id: str) -> str:
+        return GLOBAL
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        if results:
+            self.models_[GLOBAL] = weighted_average(
+                [r.weights for r in results], [r.num_samples for r in results]
+            )

@@ -1,0 +1,261 @@
+"""FLACC: federated learning via agglomerative client clustering, as Algorithm 1.
+
+Mehta & Shao, "A greedy agglomerative framework for clustered federated learning", IEEE
+Trans. Ind. Inform. 19(12), 2023, doi:10.1109/TII.2023.3252599.
+
+*Clustering phase* (Algorithm 1, lines 6–20): every sampled client trains the global model;
+the server records the cosine similarity of the weight updates of every pair of clients that
+answered (eq. 19, line 11), forgets pairs older than the memory T (eq. 18), greedily merges up
+to ``n_merge`` entity pairs (eqs. 9–17, lines 13–18; see :mod:`.agglomeration`) and averages
+the global model by sample count (line 20). *Separation* (line 5, lines 21–27): once
+``n_sep`` consecutive rounds pass without a merge, each entity becomes its own federation.
+
+Decisions on points the paper leaves open (papers/README.md settles the first):
+
+- Rounds before the first merge count towards ``n_sep``, as do rounds in which every client
+  failed: a round is counted when it is aggregated.
+- The separation test of line 5 runs at the start of :meth:`FLACC.configure_round`: after
+  ``n_sep`` rounds without a merge, the round being configured is the first separated one.
+- Eq. 18 is applied with the current round index t after line 11 and *before* the merges,
+  so the α^(t) of eq. 9 is exactly eq. 18's: a pair seen at round τ is used by the merges of
+  rounds τ … τ + T and is −1 from τ + T + 1 on. (Line 19 placed literally after the merges
+  would let the merges of round τ + T + 1 still use it.) ``memory=None`` means T = ∞.
+- Merging runs every clustering round, even when fewer than two clients answered: line 13 is
+  unconditional and remembered similarities may still allow a merge.
+- On separation the ``"global"`` model is replaced by one copy per entity, keyed
+  ``"cluster-k"`` with k the entity's position when entities are ordered by smallest client
+  index; clients are labelled by entity in that order at all times.
+- Clients that failed are absent from ``results``: no similarity, no weight.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.aggregate import cosine_similarity_matrix, weighted_average
+from coordinator.strategies.agglomeration import UNKNOWN, Entity, agglomerate, forget_stale
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy
+from faultfleet.tasks import Failure, FitInstruction, FitResult
+
+GLOBAL = "global"
+
+
+def cluster_key(position: int) -> str:
+    """Model key of the entity at ``position`` after separation."""
+    return f"cluster-{position}"
+
+
+class FLACC(Strategy):
+    """Greedy agglomerative client clustering, then one federation per entity.
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c (FLACC §VI: 0.25).
+    alpha0 : float
+        Minimum cross-entity cosine similarity α0 ∈ (−1, 1] for a merge (eq. 16; 0 in §VI).
+    memory : int or None
+        System memory T in rounds (eq. 18; 10 in §VI); None for T = ∞.
+    n_merge : int
+        Entity pairs merged at most per round (1 in §VI).
+    n_sep : int
+        Consecutive rounds without a merge before separation, N_sep (10 in §VI).
+    """
+
+    name: ClassVar[str] = "flacc"
+
+    def __init__(
+        self,
+        *,
+        fraction: float = 0.25,
+        alpha0: float = 0.0,
+        memory: int | None = 10,
+        n_merge: int = 1,
+        n_sep: int = 10,
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.alpha0 = alpha0
+        self.memory = memory
+        self.n_merge = n_merge
+        self.n_sep = n_sep
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self._validate()
+        m = len(self.client_ids_)
+        self.models_[GLOBAL] = model_factory(0)
+        self.alpha_ = np.full((m, m), UNKNOWN)  # Algorithm 1, line 2
+        self.tau_ = np.zeros((m, m), dtype=np.int64)
+        self._set_entities([(i,) for i in range(m)])
+        self.rounds_without_merge_ = 0
+        self.separated_ = False
+        self.last_alpha_min_cross_: float | None = None
+
+    def _validate(self) -> None:
+        alpha0 = self.alpha0
+        if isinstance(alpha0, bool) or not isinstance(alpha0, numbers.Real):
+            raise ValueError(
+                f"alpha0 must be a number in (-1, 1], got {alpha0!r}; pass a float such as 0.0"
+            )
+        if not -1.0 < alpha0 <= 1.0:
+            raise ValueError(
+                f"alpha0 must be in (-1, 1] (FLACC eq. 16), got {alpha0!r}; "
+                "use 0.0, the paper's default, unless the federation calls for another bound"
+            )
+        if self.memory is not None and not _is_int_at_least(self.memory, 0):
+            raise ValueError(
+                f"memory must be an integer >= 0 (rounds) or None for no forgetting, "
+                f"got {self.memory!r}; the paper uses 10"
+            )
+        if not _is_int_at_least(self.n_merge, 1):
+            raise ValueError(
+                f"n_merge must be an integer >= 1, got {self.n_merge!r}; the paper recommends 1"
+            )
+        if not _is_int_at_least(self.n_sep, 1):
+            raise ValueError(
+                f"n_sep must be an integer >= 1 (rounds without a merge before separation), "
+                f"got {self.n_sep!r}; the paper uses 10"
+            )
+
+    # -- training rounds -------------------------------------------------------------------
+
+    def configure_round(
+        self, server_round: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[FitInstruction]:
+        """Separate first if no merge happened in the last ``n_sep`` rounds (line 5)."""
+        if not self.separated_ and self.rounds_without_merge_ >= self.n_sep:
+            self._separate()
+        return super().configure_round(server_round, available, rng)
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        return (self.model_key_for(client_id),)
+
+    def model_key_for(self, client_id: str) -> str:
+        if not self.separated_:
+            return GLOBAL
+        return cluster_key(int(self._labels[self._index(client_id)]))
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        if len({r.client_id for r in results}) != len(results):
+            raise ValueError("a client answered more than once in one round")
+        for r in results:
+            expected = self.model_key_for(r.client_id)
+            if r.model_key != expected:
+                raise ValueError(
+                    f"client {r.client_id!r} trained {r.model_key!r}, expected {expected!r}"
+                )
+        if self.separated_:
+            self._average_entities(results)
+            return
+        self._cluster(server_round, results)
+        if results:  # line 20
+            self.models_[GLOBAL] = weighted_average(
+                [r.weights for r in results], [r.num_samples for r in results]
+            )
+
+    def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
+        """Lines 10–19: record similarities, forget stale pairs, merge entities."""
+        if results:
+            answered = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
+            pairs = np.ix_(answered, answered)
+            self.alpha_[pairs] = cosine_similarity_matrix([r.delta for r in results])  # eq. 19
+            self.tau_[pairs] = server_round
+            self.alpha_[answered, answered] = UNKNOWN  # the diagonal carries no information
+        self.alpha_ = forget_stale(self.alpha_, self.tau_, server_round, self.memory)  # eq. 18
+        outcome = agglomerate(self.alpha_, self.entities_, alpha0=self.alpha0, n_merge=self.n_merge)
+        self._set_entities(outcome.entities)
+        first = outcome.decisions[0] if outcome.decisions else None
+        self.last_alpha_min_cross_ = None if first is None else first.alpha_min_cross
+        self.rounds_without_merge_ = 0 if outcome.num_merges else self.rounds_without_merge_ + 1
+
+    def _separate(self) -> None:
+        """Lines 21–27 from now on: one model per entity, each a copy of the global model."""
+        initial = self.models_.pop(GLOBAL)
+        for position in range(len(self.entities_)):
+            self.models_[cluster_key(position)] = initial.copy()
+        self.separated_ = True
+
+    def _average_entities(self, results: Sequence[FitResult]) -> None:
+        """Line 26: each entity's model is the sample-weighted mean of its sampled clients."""
+        by_entity: dict[int, list[FitResult]] = {}
+        for r in results:
+            by_entity.setdefault(int(self._labels[self._index(r.client_id)]), []).append(r)
+        for position, members in by_entity.items():
+            self.models_[cluster_key(position)] = weighted_average(
+                [r.weights for r in members], [r.num_samples for r in members]
+            )
+
+    # -- clustering ------------------------------------------------------------------------
+
+    def cluster_labels(self) -> dict[str, int]:
+        """Entity position of every client, before and after separation."""
+        return {c: int(self._labels[i]) for i, c in enumerate(self.client_ids_)}
+
+    @property
+    def entities(self) -> list[tuple[str, ...]]:
+        """Current entities as client ids in registration order, by smallest client index."""
+        return [tuple(self.client_ids_[i] for i in entity) for entity in self.entities_]
+
+    @property
+    def separated(self) -> bool:
+        """Whether every entity has become its own federation."""
+        return self.separated_
+
+    @property
+    def last_alpha_min_cross(self) -> float | None:
+        """α_min^cross solving eq. 9 in the last clustering round (FLACC Fig. 8), if any."""
+        return self.last_alpha_min_cross_
+
+    def round_metrics(self) -> dict[str, float]:
+        """α_min^cross solving eq. 9 in the last clustering round (the paper's Fig. 8), and
+        whether the entities have been separated (1) or not (0)."""
+        metrics = {"separated": float(self.separated_)}
+        if self.last_alpha_min_cross_ is not None:
+            metrics["alpha_min_cross"] = self.last_alpha_min_cross_
+        return metrics
+
+    def _set_entities(self, entities: Sequence[Entity]) -> None:
+        self.entities_: list[Entity] = [tuple(e) for e in entities]
+        self._labels = np.full(len(self.client_ids_), -1, dtype=np.int64)
+        for position, entity in enumerate(self.entities_):
+            self._labels[list(entity)] = position
+        if np.any(self._labels < 0):
+            raise ValueError("entities must cover every client")
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "entities": [[int(i) for i in e] for e in self.entities_],
+            "rounds_without_merge": int(self.rounds_without_merge_),
+            "separated": bool(self.separated_),
+            "last_alpha_min_cross": self.last_alpha_min_cross_,
+        }
+        return meta, {"alpha": self.alpha_.copy(), "tau": self.tau_.copy()}
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self._validate()
+        m = len(self.client_ids_)
+        alpha = np.array(arrays["alpha"], dtype=np.float64)
+        tau = np.array(arrays["tau"], dtype=np.int64)
+        if alpha.shape != (m, m) or tau.shape != (m, m):
+            raise ValueError(f"state holds a {alpha.shape} similarity matrix for {m} clients")
+        self.alpha_, self.tau_ = alpha, tau
+        self._set_entities([tuple(int(i) for i in e) for e in meta["entities"]])
+        self.rounds_without_merge_ = int(meta["rounds_without_merge"])
+        self.separated_ = bool(meta["separated"])
+        last = meta["last_alpha_min_cross"]
+        self.last_alpha_min_cross_ = None if last is None else float(last)
+
+
+def _is_int_at_least(value: object, minimum: int) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return False
+    return int(value) >= minimum

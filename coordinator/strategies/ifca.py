@@ -1,0 +1,155 @@
+"""IFCA: the Iterative Federated Clustering Algorithm, with a fixed number of clusters.
+
+Ghosh, Chung, Yin & Ramchandran, "An efficient framework for clustered federated learning",
+NeurIPS 2020 (FLACC's reference [24]). We follow Algorithm 1 of that paper with its
+*model averaging* option:
+
+* the server holds k cluster models θ_1 … θ_k from k independent initialisations;
+* every sampled client i receives all k models, estimates its cluster identity
+  ĵ = argmin_j F_i(θ_j), the empirical loss on its own training data (the cluster identity
+  estimation step of Algorithm 1), and runs local training on θ_ĵ only;
+* the server replaces each cluster model by the average of the local models of the clients
+  that chose it (the model-averaging variant of Algorithm 1's server step); clusters that
+  nobody chose this round keep their model.
+
+Ghosh et al. average uniformly because their clients hold equal amounts of data; we weight
+by sample count like FedAvg (FLACC Algorithm 1, line 20), which is the same when the counts
+are equal. The loss comparison runs on the client (see :mod:`faultfleet.tasks`), so a
+client's choice reaches the server as :attr:`FitResult.model_key`.
+
+At evaluation time a client is again given all k models and predicts with the one of lowest
+training loss, as IFCA prescribes; the server records the choice for reporting only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.aggregate import weighted_average
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy, check_positive_int
+from faultfleet.tasks import EvaluateResult, Failure, FitResult
+
+logger = logging.getLogger(__name__)
+
+
+def cluster_key(j: int) -> str:
+    """Key of the j-th IFCA cluster model: ``"cluster-j"``."""
+    return f"cluster-{j}"
+
+
+class IFCA(Strategy):
+    """k cluster models; each client trains (and predicts with) its lowest-loss one.
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c sampled each round (see :class:`Strategy`).
+    n_clusters : int
+        Number k of cluster models, fixed for the whole run (IFCA needs it a priori).
+
+    Attributes
+    ----------
+    fit_keys_ : dict of str to str
+        Cluster each client chose the last time it trained; absent before its first round.
+    eval_keys_ : dict of str to str
+        Cluster each client chose at an evaluation newer than its last training round.
+        Reporting only: training never reads it.
+
+    Notes
+    -----
+    :meth:`model_key_for` answers the most recent choice of a client: its evaluation choice
+    if it was evaluated since it last trained, else its last training choice, and
+    ``"cluster-0"`` for a client that has never been sampled nor evaluated. That answer
+    feeds :meth:`cluster_labels` only; what a client trains or predicts with is always the
+    client's own choice among all k models (:meth:`fit_models`, :meth:`predict_models`).
+    """
+
+    name: ClassVar[str] = "ifca"
+
+    def __init__(self, *, fraction: float = 0.25, n_clusters: int = 4) -> None:
+        super().__init__(fraction=fraction)
+        self.n_clusters = n_clusters
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        check_positive_int("n_clusters", self.n_clusters)
+        for j in range(self.n_clusters):
+            self.models_[cluster_key(j)] = np.array(model_factory(j), dtype=np.float32)
+        self.fit_keys_: dict[str, str] = {}
+        self.eval_keys_: dict[str, str] = {}
+
+    # -- training --------------------------------------------------------------------------
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        """All k cluster keys: the client picks the lowest-loss one (cluster identity estimate)."""
+        return tuple(self.models_)
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        """Average each cluster over the clients that chose it (model averaging, Algorithm 1)."""
+        by_cluster: dict[str, list[FitResult]] = {}
+        for r in results:
+            by_cluster.setdefault(r.model_key, []).append(r)
+            self.fit_keys_[r.client_id] = r.model_key
+            self.eval_keys_.pop(r.client_id, None)
+        for key, members in by_cluster.items():
+            self.models_[key] = weighted_average(
+                [r.weights for r in members], [r.num_samples for r in members]
+            )
+        logger.debug(
+            "round %d: cluster sizes %s",
+            server_round,
+            {k: len(v) for k, v in sorted(by_cluster.items())},
+        )
+
+    # -- evaluation and clustering -------------------------------------------------------
+
+    def predict_models(self, client_id: str) -> tuple[str, ...]:
+        """All k cluster keys: the client predicts with its lowest-training-loss model."""
+        return tuple(self.models_)
+
+    def model_key_for(self, client_id: str) -> str:
+        """The client's most recent choice; ``"cluster-0"`` before it has made one."""
+        if client_id not in self.client_index_:
+            raise KeyError(f"unknown client {client_id!r}")
+        latest = self.eval_keys_.get(client_id, self.fit_keys_.get(client_id))
+        return cluster_key(0) if latest is None else latest
+
+    def aggregate_evaluate(self, server_round: int, results: Sequence[EvaluateResult]) -> None:
+        """Record the cluster each evaluated client chose, for :meth:`cluster_labels` only."""
+        for r in results:
+            if r.client_id not in self.client_index_:
+                raise ValueError(f"evaluation result from unknown client {r.client_id!r}")
+            if r.model_key not in self.models_:
+                raise ValueError(f"client {r.client_id!r} evaluated unknown model {r.model_key!r}")
+        for r in results:
+            self.eval_keys_[r.client_id] = r.model_key
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "fit_keys": [self.fit_keys_.get(c) for c in self.client_ids_],
+            "eval_keys": [self.eval_keys_.get(c) for c in self.client_ids_],
+        }
+        return meta, {}
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        if len(self.models_) != self.n_clusters:
+            raise ValueError(
+                f"state holds {len(self.models_)} cluster models but n_clusters is "
+                f"{self.n_clusters}; build the strategy with n_clusters={len(self.models_)}"
+            )
+        self.fit_keys_ = _present(self.client_ids_, meta["fit_keys"])
+        self.eval_keys_ = _present(self.client_ids_, meta["eval_keys"])
+
+
+def _present(client_ids: Sequence[str], keys: Sequence[str | None]) -> dict[str, str]:
+    """``{client: key}`` for the clients whose key is not None."""
+    if len(keys) != len(client_ids):
+        raise ValueError(f"state lists {len(keys)} cluster keys for {len(client_ids)} clients")
+    return {c: k for c, k in zip(client_ids, keys, strict=True) if k is not None}

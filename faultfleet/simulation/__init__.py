@@ -1,0 +1,1 @@
+"""Simulated federations: in-process clients, vectorised local training and run drivers."""

@@ -1,0 +1,213 @@
+"""A :class:`~coordinator.fleet.Fleet` whose clients are the datasets of a federation.
+
+:class:`InProcessFleet` answers the coordinator's tasks the way edge agents would — the
+same IFCA choice among candidate models (see :mod:`faultfleet.tasks`), the same local
+update — but computes them in this process: a round's local updates run as one vectorised
+computation (:func:`~faultfleet.simulation.batched_training.batched_local_update`) and
+evaluations pool the clients that share a model
+(:func:`~faultfleet.simulation.batched_training.batched_evaluate`). Offline or unknown
+clients come back as :class:`~faultfleet.tasks.Failure` entries, as over MQTT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from edge_agent.training import LocalUpdate, local_update, lowest_loss_key, select_device
+from faultfleet.simulation.batched_training import batched_evaluate, batched_local_update
+from faultfleet.tasks import (
+    EvaluateOutcome,
+    EvaluateResult,
+    EvaluateTask,
+    Failure,
+    FitOutcome,
+    FitResult,
+    FitTask,
+    TrainConfig,
+)
+from faultfleet.types import FloatArray
+from signal_pipeline.federation import ClientData, Dataset, Federation
+
+Candidates = Mapping[str, FloatArray]
+
+
+class InProcessFleet:
+    """The clients of ``federation``, trained and evaluated in this process.
+
+    Parameters
+    ----------
+    federation : Federation
+        Client datasets; every client is registered, in the federation's order.
+    model : torch module
+        The architecture of every task's weights; its own parameters are never used.
+    device : torch.device, optional
+        Defaults to ``select_device("auto")`` (CUDA when present).
+    batched : bool
+        Train a round's clients together (default) or one after another with
+        :func:`~edge_agent.training.local_update`; results agree to float rounding.
+    max_group : int, optional
+        At most this many clients per vectorised computation (memory); default all.
+    offline : collection of client ids
+        Clients that start offline: their tasks fail.
+    """
+
+    def __init__(
+        self,
+        federation: Federation,
+        model: nn.Module,
+        *,
+        device: torch.device | None = None,
+        batched: bool = True,
+        max_group: int | None = None,
+        offline: Collection[str] = (),
+    ) -> None:
+        if max_group is not None and max_group < 1:
+            raise ValueError(f"max_group must be >= 1 or None, got {max_group}")
+        self.federation = federation
+        self.model = model
+        self.device = select_device("auto") if device is None else device
+        self.batched = batched
+        self.max_group = max_group
+        self._clients = {c.client_id: c for c in federation.clients}
+        self._offline: frozenset[str] = frozenset()
+        self.set_offline(offline)
+
+    def client_ids(self) -> list[str]:
+        """Every client of the federation, in its order."""
+        return [c.client_id for c in self.federation.clients]
+
+    def available(self) -> list[str]:
+        """Clients that are not offline, in the federation's order."""
+        return [c for c in self.client_ids() if c not in self._offline]
+
+    def set_offline(self, client_ids: Collection[str]) -> None:
+        """Make exactly ``client_ids`` offline (the others come back online)."""
+        unknown = sorted(set(client_ids) - self._clients.keys())
+        if unknown:
+            raise ValueError(
+                f"cannot take unknown clients {unknown} offline; known clients are "
+                f"{self.client_ids()}"
+            )
+        self._offline = frozenset(client_ids)
+
+    def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
+        """Local updates for ``tasks``; ``server_round`` is not needed (seeds come in tasks).
+
+        ``bytes_down`` counts every weight array of every task (what a broker would carry,
+        failed tasks included) and ``bytes_up`` the weights of every result.
+        """
+        failures: dict[int, Failure] = {}
+        ready: dict[int, ClientData] = {}
+        for position, task in enumerate(tasks):
+            client = self._reach(task.client_id, task.models)
+            if isinstance(client, ClientData) and len(client.train) == 0:
+                client = Failure(task.client_id, "client holds no training samples")
+            if isinstance(client, Failure):
+                failures[position] = client
+            else:
+                ready[position] = client
+        keys = self._choose(
+            {p: tasks[p].models for p in ready}, {p: c.train for p, c in ready.items()}
+        )
+        by_config: dict[TrainConfig, list[int]] = {}
+        for position in ready:
+            by_config.setdefault(tasks[position].config, []).append(position)
+        updates: dict[int, LocalUpdate] = {}
+        for config, positions in by_config.items():
+            trained = self._train(
+                [tasks[p].models[keys[p]] for p in positions],
+                [ready[p].train for p in positions],
+                config,
+                [tasks[p].seed for p in positions],
+            )
+            updates.update(zip(positions, trained, strict=True))
+        results = tuple(
+            FitResult(tasks[p].client_id, keys[p], u.weights, u.delta, u.num_samples, u.train_loss)
+            for p, u in sorted(updates.items())
+        )
+        return FitOutcome(
+            results=results,
+            failures=tuple(f for _, f in sorted(failures.items())),
+            bytes_down=sum(int(w.nbytes) for task in tasks for w in task.models.values()),
+            bytes_up=sum(int(r.weights.nbytes) for r in results),
+        )
+
+    def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
+        """Accuracy and loss of each task's model (IFCA choice on train data) on its split."""
+        failures: dict[int, Failure] = {}
+        ready: dict[int, ClientData] = {}
+        for position, task in enumerate(tasks):
+            client = self._reach(task.client_id, task.models)
+            if isinstance(client, ClientData):
+                if len(client.splits()[task.split.value]) == 0:
+                    client = Failure(task.client_id, f"client holds no {task.split} samples")
+                elif len(task.models) > 1 and len(client.train) == 0:
+                    client = Failure(task.client_id, "client holds no training samples")
+            if isinstance(client, Failure):
+                failures[position] = client
+            else:
+                ready[position] = client
+        keys = self._choose(
+            {p: tasks[p].models for p in ready}, {p: c.train for p, c in ready.items()}
+        )
+        positions = sorted(ready)
+        evaluations = batched_evaluate(
+            self.model,
+            [tasks[p].models[keys[p]] for p in positions],
+            [ready[p].splits()[tasks[p].split.value] for p in positions],
+            device=self.device,
+        )
+        results = tuple(
+            EvaluateResult(tasks[p].client_id, keys[p], e.accuracy, e.loss, e.num_samples)
+            for p, e in zip(positions, evaluations, strict=True)
+        )
+        return EvaluateOutcome(results, tuple(f for _, f in sorted(failures.items())))
+
+    def _reach(self, client_id: str, models: Candidates) -> ClientData | Failure:
+        """The client of a task, or the failure that answers it."""
+        client = self._clients.get(client_id)
+        if client is None:
+            return Failure(client_id, f"unknown client: not in federation {self.federation.name!r}")
+        if client_id in self._offline:
+            return Failure(client_id, "client is offline")
+        if not models:
+            return Failure(client_id, "task carries no model")
+        return client
+
+    def _choose(
+        self, candidates: Mapping[int, Candidates], train: Mapping[int, Dataset]
+    ) -> dict[int, str]:
+        """Each task's model key: its only one, or the lowest mean train loss (IFCA)."""
+        keys = {p: next(iter(models)) for p, models in candidates.items() if len(models) == 1}
+        contested = [(p, k) for p, models in candidates.items() if len(models) > 1 for k in models]
+        evaluations = batched_evaluate(
+            self.model,
+            [candidates[p][k] for p, k in contested],
+            [train[p] for p, _ in contested],
+            device=self.device,
+        )
+        losses: dict[int, list[float]] = {}
+        for (p, _), evaluation in zip(contested, evaluations, strict=True):
+            losses.setdefault(p, []).append(evaluation.loss)
+        for p, loss_list in losses.items():
+            keys[p] = lowest_loss_key(list(candidates[p]), loss_list)
+        return keys
+
+    def _train(
+        self,
+        weights: list[FloatArray],
+        datasets: list[Dataset],
+        config: TrainConfig,
+        seeds: list[int],
+    ) -> list[LocalUpdate]:
+        if self.batched:
+            return batched_local_update(
+                self.model, weights, datasets, config, seeds, self.device, self.max_group
+            )
+        return [
+            local_update(self.model, w, d, config, s, self.device)
+            for w, d, s in zip(weights, datasets, seeds, strict=True)
+        ]

@@ -1,0 +1,238 @@
+"""Run a federated strategy on a simulated federation and record what happened per round.
+
+The composition of a simulated run: build the federation, the model template, the strategy
+and an :class:`~faultfleet.simulation.fleet.InProcessFleet`; drive a
+:class:`~coordinator.engine.RoundEngine`; after each round evaluate every client on its
+test split with the model that serves it and score the clustering against the ground truth.
+Optionally checkpoint the engine (and the history so far) so a run can be resumed; a
+resumed run ends identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coordinator.engine import RoundEngine
+from coordinator.state import has_state, load_state, save_state
+from coordinator.strategies.registry import make_strategy
+from coordinator.strategies.base import ModelFactory
+from edge_agent.training import select_device
+from faultfleet.models.weights import flatten_weights
+from faultfleet.models.zoo import build_model
+from faultfleet.scoring import clustering_scores
+from faultfleet.simulation.config import SimConfig
+from faultfleet.simulation.fleet import InProcessFleet
+from signal_pipeline.federation import Federation
+from signal_pipeline.scenarios import VibrationSettings, mixed_fault
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One round of a run, as stored in ``results.json`` under ``history``."""
+
+    round: int
+    accuracy: float | None
+    """Mean client test accuracy after the round; None on rounds that were not evaluated."""
+    num_clusters: int
+    ari: float
+    purity: float
+    bytes_up: int
+    bytes_down: int
+    seconds: float
+    train_loss: float
+    answered: int
+    failures: int
+    strategy_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class SimResult:
+    """The outcome of a run; :meth:`to_json` is the ``results.json`` document."""
+
+    config: SimConfig
+    federation: Federation
+    history: list[RoundRecord]
+    clusters: dict[str, int]
+    client_accuracy: dict[str, float]
+    wall_seconds: float
+
+    @property
+    def true_groups(self) -> dict[str, int]:
+        """Ground-truth group of each client."""
+        return {c.client_id: c.group for c in self.federation.clients}
+
+    def final(self) -> dict[str, float | int]:
+        """Accuracy, clusters found, ARI and purity after the last round."""
+        scores = clustering_scores(self.true_groups, self.clusters)
+        accuracy = float(np.mean(list(self.client_accuracy.values())))
+        return {
+            "accuracy": accuracy,
+            "num_clusters": scores.num_clusters,
+            "ari": scores.ari,
+            "purity": scores.purity,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything ``faultfleet sim`` writes to ``results.json``."""
+        return {
+            "scenario": self.config.scenario,
+            "strategy": self.config.strategy,
+            "seed": self.config.seed,
+            "config": self.config.to_json(),
+            "final": self.final(),
+            "clusters": self.clusters,
+            "true_groups": self.true_groups,
+            "client_accuracy": self.client_accuracy,
+            "num_samples": {c.client_id: len(c.train) for c in self.federation.clients},
+            "history": [_finite(asdict(r)) for r in self.history],
+            "wall_seconds": self.wall_seconds,
+        }
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    """Replace nan by None so the document is strict JSON."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+
+
+def build_federation(config: SimConfig, progress: ProgressCallback | None = None) -> Federation:
+    """The federation ``config`` names, simulated from ``config.seed``."""
+    settings = (
+        VibrationSettings() if config.snr_db is None else VibrationSettings(snr_db=config.snr_db)
+    )
+    return mixed_fault(
+        config.seed,
+        clients_per_group=config.clients_per_group,
+        windows_per_client=config.windows_per_client,
+        settings=settings,
+        progress=progress,
+    )
+
+
+def model_factory(
+    model: str, sample_shape: tuple[int, ...], n_classes: int, seed: int
+) -> ModelFactory:
+    """``factory(i)``: flat weights of the i-th initialisation of ``model`` for run ``seed``."""
+
+    def factory(index: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+        init_seed = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+        return flatten_weights(build_model(model, sample_shape, n_classes, seed=init_seed))
+
+    return factory
+
+
+def make_engine(config: SimConfig, federation: Federation) -> RoundEngine:
+    """Wire the strategy, the in-process fleet and the engine for ``config``."""
+    device = select_device(config.device)
+    template = build_model(config.model, federation.sample_shape, federation.n_classes)
+    fleet = InProcessFleet(federation, template, device=device)
+    strategy = make_strategy(
+        config.strategy, fraction=config.fraction, options=config.strategy_options
+    )
+    factory = model_factory(
+        config.model, federation.sample_shape, federation.n_classes, config.seed
+    )
+    return RoundEngine(
+        strategy, fleet, model_factory=factory, train_config=config.train, seed=config.seed
+    )
+
+
+def run_simulation(
+    config: SimConfig,
+    *,
+    federation: Federation | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
+    stop_after: int | None = None,
+    clock: Clock = time.perf_counter,
+) -> SimResult:
+    """Run ``config`` to its last round (or to round ``stop_after``) and return the result.
+
+    Parameters
+    ----------
+    federation : Federation, optional
+        Reuse an already built federation (it must be the one ``config`` describes).
+    on_round : callable, optional
+        Called with each round's record (progress display).
+    checkpoint_dir : Path, optional
+        Save the engine state and the history there after every round.
+    resume : bool
+        Continue from the checkpoint in ``checkpoint_dir`` if there is one.
+    stop_after : int, optional
+        Stop after this round (for tests of resumption); the result covers rounds so far.
+    """
+    start = clock()
+    federation = federation or build_federation(config)
+    engine = make_engine(config, federation)
+    history: list[RoundRecord] = []
+    if resume and checkpoint_dir is not None and has_state(checkpoint_dir):
+        state = load_state(checkpoint_dir)
+        saved = state.meta.get("simulation", {})
+        if saved.get("config") != config.to_json():
+            raise ValueError(
+                f"{checkpoint_dir} holds a run with different settings; use another "
+                "directory or the same options"
+            )
+        engine.restore(state)
+        history = [RoundRecord(**r) for r in saved.get("history", [])]
+        logger.info("resumed from round %d", engine.server_round)
+    true_groups = {c.client_id: c.group for c in federation.clients}
+    last = min(config.rounds, stop_after) if stop_after is not None else config.rounds
+    accuracy_by_client: dict[str, float] = {}
+    while engine.server_round < last:
+        round_start = clock()
+        report = engine.run_round()
+        evaluate = report.server_round % config.eval_every == 0 or report.server_round == last
+        accuracy: float | None = None
+        if evaluate:
+            evaluation = engine.evaluate()
+            accuracy_by_client = evaluation.accuracy_by_client()
+            accuracy = evaluation.accuracy
+        scores = clustering_scores(true_groups, engine.strategy.cluster_labels())
+        record = RoundRecord(
+            round=report.server_round,
+            accuracy=accuracy,
+            num_clusters=scores.num_clusters,
+            ari=scores.ari,
+            purity=scores.purity,
+            bytes_up=report.bytes_up,
+            bytes_down=report.bytes_down,
+            seconds=clock() - round_start,
+            train_loss=report.train_loss,
+            answered=len(report.answered),
+            failures=len(report.failures),
+            strategy_metrics=engine.strategy.round_metrics(),
+        )
+        history.append(record)
+        if checkpoint_dir is not None:
+            state = engine.state()
+            state.meta["simulation"] = {
+                "config": config.to_json(),
+                "history": [asdict(r) for r in history],
+            }
+            save_state(checkpoint_dir, state)
+        if on_round is not None:
+            on_round(record)
+    if not accuracy_by_client:
+        accuracy_by_client = engine.evaluate().accuracy_by_client()
+    return SimResult(
+        config=config,
+        federation=federation,
+        history=history,
+        clusters=engine.strategy.cluster_labels(),
+        client_accuracy=accuracy_by_client,
+        wall_seconds=clock() - start,
+    )

@@ -1,0 +1,173 @@
+"""What the coordinator asks of clients and what they answer, as in-process dataclasses.
+
+These types are the contract between the round engine (``coordinator``), the strategies and
+whatever carries tasks to clients: the in-process simulator today, MQTT tomorrow. Weights
+are flat float32 vectors (see :mod:`faultfleet.models.weights`).
+
+Fit semantics
+-------------
+A :class:`FitTask` carries one or more candidate models. With one candidate the client
+trains it. With several (IFCA, Ghosh et al. 2020) the client first computes the mean loss
+of every candidate on its training data, picks the lowest (ties: the first key in the
+task's order) and trains that one; :attr:`FitResult.model_key` says which it picked.
+Evaluation tasks follow the same rule.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+
+from faultfleet.types import FloatArray
+
+OptimizerName = Literal["sgd", "adam"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local training hyper-parameters sent with every fit task.
+
+    Defaults are FLACC §VI (mixed-fault case study): Adam, learning rate 5e-4, E = 5 local
+    epochs, batch size B = 32.
+    """
+
+    optimizer: OptimizerName = "adam"
+    learning_rate: float = 5e-4
+    epochs: int = 5
+    batch_size: int = 32
+    momentum: float = 0.0
+    """SGD momentum (ignored by Adam)."""
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+class Split(StrEnum):
+    """Which part of a client's data a task uses."""
+
+    TRAIN = "train"
+    VAL = "val"
+    TEST = "test"
+
+
+@dataclass(frozen=True)
+class FitInstruction:
+    """A strategy's answer to "which model does this client train this round"."""
+
+    client_id: str
+    model_keys: tuple[str, ...]
+    """One key: train that model. Several: the client picks the lowest-loss one (IFCA)."""
+
+    def __post_init__(self) -> None:
+        if not self.model_keys:
+            raise ValueError(f"fit instruction for {self.client_id!r} names no model")
+
+
+@dataclass(frozen=True)
+class EvaluateInstruction:
+    """Which model (or candidates, lowest training loss wins) a client predicts with."""
+
+    client_id: str
+    model_keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.model_keys:
+            raise ValueError(f"evaluate instruction for {self.client_id!r} names no model")
+
+
+@dataclass(frozen=True)
+class FitTask:
+    """A fit instruction with the weights filled in, ready to send."""
+
+    client_id: str
+    models: Mapping[str, FloatArray]
+    config: TrainConfig
+    seed: int
+    """Seeds the client's batch order, so a round is reproducible wherever it runs."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A client's answer to a fit task: the local update of FLACC Algorithm 1, lines 7–8."""
+
+    client_id: str
+    model_key: str
+    weights: FloatArray
+    """θ_i after local training, shape (n_params,)."""
+    delta: FloatArray
+    """Weight update Δθ_i = θ_i − θ, shape (n_params,)."""
+    num_samples: int
+    train_loss: float
+    """Mean cross-entropy over the samples of the last local epoch."""
+
+
+@dataclass(frozen=True)
+class EvaluateTask:
+    """An evaluate instruction with the weights filled in."""
+
+    client_id: str
+    models: Mapping[str, FloatArray]
+    split: Split = Split.TEST
+
+
+@dataclass(frozen=True)
+class EvaluateResult:
+    """Accuracy and mean loss of the chosen model on one split of one client."""
+
+    client_id: str
+    model_key: str
+    accuracy: float
+    loss: float
+    num_samples: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A client that did not answer a task, and why (a timeout, an error message)."""
+
+    client_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    """Everything that came back from one round of fit tasks."""
+
+    results: tuple[FitResult, ...]
+    failures: tuple[Failure, ...] = ()
+    bytes_down: int = 0
+    bytes_up: int = 0
+
+
+@dataclass(frozen=True)
+class EvaluateOutcome:
+    """Everything that came back from one round of evaluate tasks."""
+
+    results: tuple[EvaluateResult, ...]
+    failures: tuple[Failure, ...] = ()
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+
+def client_seed(seed: int, server_round: int, client_id: str) -> int:
+    """The training seed of ``client_id`` in ``server_round`` of a run seeded with ``seed``.
+
+    Derived (not drawn from a running generator), so it does not depend on which other
+    clients were sampled or on whether the run was resumed.
+    """
+    key = zlib.crc32(client_id.encode("utf-8"))
+    sequence = np.random.SeedSequence([seed, server_round, key])
+    return int(sequence.generate_state(1, np.uint32)[0])

@@ -1,0 +1,275 @@
+"""Tests for coordinator.strategies.cfl, on synthetic fit results (no torch).
+
+The federations are built so the splitting criteria can be checked by hand: within the one
+cluster, group a's updates point along +e₁ and group b's along −e₁ (norm 2 > ε₂ = 1.6), so
+the sample-weighted mean update is about 0 (< ε₁ = 0.4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from coordinator.strategies.base import StrategyState
+from coordinator.strategies.cfl import CFL, optimal_bipartition
+from faultfleet.scoring import adjusted_rand_index
+from faultfleet.tasks import FitResult
+from faultfleet.types import FloatArray
+
+GROUPS = {"a0": 0, "a1": 0, "b0": 1, "b1": 1}
+E1 = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+E2 = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+
+
+def factory(j: int) -> FloatArray:
+    return np.full(3, float(j), dtype=np.float32)
+
+
+def make_cfl(clients: Mapping[str, int] = GROUPS, **options: int | float) -> CFL:
+    strategy = CFL(**{"min_rounds": 3, **options})  # type: ignore[arg-type]
+    strategy.initialize(list(clients), factory)
+    return strategy
+
+
+def opposite_updates(
+    clients: Mapping[str, int], scale: float = 2.0, common: float = 0.0, seed: int = 0
+) -> dict[str, FloatArray]:
+    """±scale·e₁ by group, plus ``common``·e₂ for everyone and a little noise."""
+    rng = np.random.default_rng(seed)
+    return {
+        c: np.asarray(
+            (scale if g == 0 else -scale) * E1 + common * E2 + rng.normal(0, 0.01, 3),
+            dtype=np.float32,
+        )
+        for c, g in clients.items()
+    }
+
+
+def train_round(
+    strategy: CFL,
+    server_round: int,
+    updates: Mapping[str, FloatArray],
+    num_samples: Mapping[str, int] | None = None,
+) -> None:
+    """Every client in ``updates`` trains its cluster's model by adding its update."""
+    instructions = strategy.configure_round(server_round, list(updates), np.random.default_rng(0))
+    results = []
+    for ins in instructions:
+        (key,) = ins.model_keys
+        delta = updates[ins.client_id]
+        n = 1 if num_samples is None else num_samples[ins.client_id]
+        results.append(FitResult(ins.client_id, key, strategy.models[key] + delta, delta, n, 0.0))
+    strategy.aggregate_round(server_round, results, [])
+
+
+def groups_found(strategy: CFL, clients: Mapping[str, int]) -> float:
+    labels = strategy.cluster_labels()
+    return adjusted_rand_index([clients[c] for c in clients], [labels[c] for c in clients])
+
+
+def test_starts_as_one_cluster_trained_by_everyone() -> None:
+    # Prepare
+    strategy = make_cfl()
+
+    # Execute
+    instructions = strategy.configure_round(1, list(GROUPS), np.random.default_rng(0))
+
+    # Assert
+    assert [ins.client_id for ins in instructions] == list(GROUPS)
+    assert all(ins.model_keys == ("cluster-0",) for ins in instructions)
+    np.testing.assert_array_equal(strategy.models["cluster-0"], factory(0))
+
+
+def test_splits_into_the_true_groups_at_min_rounds() -> None:
+    # Prepare
+    strategy = make_cfl()
+
+    # Execute / Assert: no split in the warm-up rounds 1 and 2
+    for server_round in (1, 2):
+        train_round(strategy, server_round, opposite_updates(GROUPS, seed=server_round))
+        assert strategy.num_clusters == 1
+    train_round(strategy, 3, opposite_updates(GROUPS, seed=3))
+
+    # Assert
+    assert groups_found(strategy, GROUPS) == 1.0
+    assert set(strategy.models) == {"cluster-1", "cluster-2"}
+    assert strategy.model_key_for("a0") == "cluster-1"
+    assert strategy.last_splits_ == [("cluster-0", "cluster-1", "cluster-2")]
+    np.testing.assert_array_equal(strategy.models["cluster-1"], strategy.models["cluster-2"])
+
+
+def test_model_is_the_weighted_average_and_norms_are_reported() -> None:
+    # Prepare: updates [3, 4, 0] (n=1) and [0, 0, 0] (n=3)
+    strategy = make_cfl({"a0": 0, "b0": 1})
+    updates = {"a0": np.array([3, 4, 0], np.float32), "b0": np.zeros(3, np.float32)}
+
+    # Execute
+    train_round(strategy, 1, updates, num_samples={"a0": 1, "b0": 3})
+
+    # Assert: mean update [0.75, 1, 0] has norm 1.25; the largest update has norm 5
+    np.testing.assert_allclose(strategy.models["cluster-0"], [0.75, 1.0, 0.0])
+    mean_norm, max_norm = strategy.last_norms_["cluster-0"]
+    assert mean_norm == pytest.approx(1.25)
+    assert max_norm == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize(
+    ("scale", "common", "last_round"),
+    [
+        pytest.param(2.0, 0.5, 5, id="mean-norm-above-eps1"),
+        pytest.param(1.5, 0.0, 5, id="max-norm-below-eps2"),
+        pytest.param(2.0, 0.0, 2, id="before-min-rounds"),
+    ],
+)
+def test_no_split_unless_every_criterion_holds(
+    scale: float, common: float, last_round: int
+) -> None:
+    # Prepare
+    strategy = make_cfl()
+
+    # Execute
+    for server_round in range(1, last_round + 1):
+        train_round(strategy, server_round, opposite_updates(GROUPS, scale, common))
+
+    # Assert
+    assert strategy.num_clusters == 1
+    assert set(strategy.models) == {"cluster-0"}
+
+
+def test_no_split_of_a_cluster_too_small_to_hold_two() -> None:
+    # Prepare: 3 members, but a split needs 2 · min_cluster_size = 4
+    clients = {"a0": 0, "a1": 0, "b0": 1}
+    strategy = make_cfl(clients, min_rounds=1)
+
+    # Execute
+    train_round(strategy, 1, opposite_updates(clients), num_samples={"a0": 1, "a1": 1, "b0": 2})
+
+    # Assert
+    assert strategy.last_norms_["cluster-0"][0] < strategy.eps1
+    assert strategy.num_clusters == 1
+
+
+def test_no_split_when_a_member_did_not_answer() -> None:
+    # Prepare
+    clients = {**GROUPS, "b2": 1}
+    strategy = make_cfl(clients, min_rounds=1)
+
+    # Execute: b2 is unavailable; the four that answer would satisfy both criteria
+    train_round(strategy, 1, opposite_updates(GROUPS))
+
+    # Assert
+    assert strategy.num_clusters == 1
+    assert strategy.last_norms_["cluster-0"][1] > strategy.eps2
+
+
+def test_splits_recursively_into_three_clusters() -> None:
+    # Prepare: a (2 clients, 2 samples each) against b ∪ c (4 clients, 1 sample each)
+    clients = {"a0": 0, "a1": 0, "b0": 1, "b1": 1, "c0": 2, "c1": 2}
+    samples = {c: 2 if g == 0 else 1 for c, g in clients.items()}
+    strategy = make_cfl(clients, min_rounds=1, min_cluster_size=1)
+    first = opposite_updates({c: min(g, 1) for c, g in clients.items()})
+
+    # Execute: round 1 splits a from b ∪ c; in round 2, b and c pull apart along ±e₂
+    train_round(strategy, 1, first, samples)
+    pulls = {0: 0.1 * E1, 1: 2 * E2, 2: -2 * E2}
+    second = {c: pulls[g] for c, g in clients.items()}
+    train_round(strategy, 2, second, samples)
+
+    # Assert
+    assert groups_found(strategy, clients) == 1.0
+    assert set(strategy.models) == {"cluster-1", "cluster-3", "cluster-4"}
+    assert strategy.last_splits_ == [("cluster-2", "cluster-3", "cluster-4")]
+    assert strategy.next_cluster_id_ == 5
+
+
+def test_state_round_trip_continues_identically() -> None:
+    # Prepare: split in round 3, then save
+    uninterrupted = make_cfl(min_cluster_size=1)
+    for server_round in (1, 2, 3):
+        train_round(uninterrupted, server_round, opposite_updates(GROUPS, seed=server_round))
+    state = uninterrupted.state_dict()
+    saved = StrategyState(
+        arrays={k: v.copy() for k, v in state.arrays.items()},
+        meta=json.loads(json.dumps(state.meta)),
+    )
+
+    # Execute: both continue; group b now pulls apart and is split again
+    resumed = CFL(min_rounds=3, min_cluster_size=1)
+    resumed.load_state_dict(saved)
+    updates = {"a0": 0.1 * E1, "a1": 0.1 * E1, "b0": 2 * E2, "b1": -2 * E2}
+    for strategy in (uninterrupted, resumed):
+        train_round(strategy, 4, updates)
+
+    # Assert
+    assert resumed.cluster_labels() == uninterrupted.cluster_labels()
+    assert resumed.num_clusters == 3
+    assert resumed.next_cluster_id_ == uninterrupted.next_cluster_id_ == 5
+    assert list(resumed.models) == list(uninterrupted.models)
+    for key, model in uninterrupted.models.items():
+        np.testing.assert_array_equal(resumed.models[key], model)
+
+
+def test_optimal_bipartition_separates_two_blocks() -> None:
+    # Prepare: clients 0, 2 alike; 1, 3 alike; the blocks are dissimilar
+    similarity = np.array(
+        [
+            [1.0, -0.9, 0.8, -0.7],
+            [-0.9, 1.0, -0.6, 0.9],
+            [0.8, -0.6, 1.0, -0.8],
+            [-0.7, 0.9, -0.8, 1.0],
+        ]
+    )
+
+    # Execute
+    halves = optimal_bipartition(similarity)
+
+    # Assert
+    assert halves.tolist() == [0, 1, 0, 1]
+
+
+def test_optimal_bipartition_needs_two_clients() -> None:
+    # Execute / Assert
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        optimal_bipartition(np.ones((1, 1)))
+
+
+def test_fraction_below_one_raises() -> None:
+    # Prepare
+    strategy = CFL(fraction=0.5)
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=r"CFL requires fraction = 1\.0"):
+        strategy.initialize(list(GROUPS), factory)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"eps1": -0.1}, "eps1 must be >= 0"),
+        ({"eps2": float("nan")}, "eps2 must be a finite number"),
+        ({"min_rounds": -1}, "min_rounds must be an integer >= 0"),
+        ({"min_cluster_size": 0}, "min_cluster_size must be an integer >= 1"),
+    ],
+)
+def test_bad_hyper_parameters_raise(options: dict[str, float], message: str) -> None:
+    # Prepare
+    strategy = CFL(**options)  # type: ignore[arg-type]
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=message):
+        strategy.initialize(list(GROUPS), factory)
+
+
+def test_result_for_another_cluster_raises() -> None:
+    # Prepare
+    strategy = make_cfl()
+    for server_round in (1, 2, 3):
+        train_round(strategy, server_round, opposite_updates(GROUPS, seed=server_round))
+    wrong = FitResult("a0", "cluster-2", np.zeros(3, np.float32), np.zeros(3, np.float32), 1, 0.0)
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match="its cluster is 'cluster-1'"):
+        strategy.aggregate_round(4, [wrong], [])
