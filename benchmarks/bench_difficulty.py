@@ -69,9 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snr-db", type=float, default=DEFAULT_SNR_DB)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--machine-spread", type=float, default=VibrationSettings.machine_spread
-    )
+    parser.add_argument("--machine-spread", type=float, default=VibrationSettings.machine_spread)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

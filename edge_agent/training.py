@@ -135,6 +135,11 @@ def local_update(
         Seeds the batch order (:func:`batch_schedule`).
     device : torch.device, optional
         Defaults to ``select_device("auto")``.
+
+    Raises
+    ------
+    ValueError
+        If ``data`` is empty or ``weights`` does not fit ``model``.
     """
     if len(data) == 0:
         raise ValueError("local_update needs a non-empty training dataset, got 0 samples")

@@ -190,7 +190,11 @@ def run_sim(args: argparse.Namespace) -> int:
         file=sys.stderr,
         disable=None,
     ) as bar:
-        federation = build_federation(config, progress=lambda done, _: bar.update(done - bar.n))
+
+        def advance(done: int, _total: int) -> None:
+            bar.update(done - bar.n)
+
+        federation = build_federation(config, progress=advance)
     args.out.mkdir(parents=True, exist_ok=True)
     result = _run(config, federation, args.out, args.resume, config.strategy)
     curves = {config.strategy: _curve(result)}

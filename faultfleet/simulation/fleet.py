@@ -11,7 +11,7 @@ clients come back as :class:`~faultfleet.tasks.Failure` entries, as over MQTT.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -99,16 +99,9 @@ class InProcessFleet:
         ``bytes_down`` counts every weight array of every task (what a broker would carry,
         failed tasks included) and ``bytes_up`` the weights of every result.
         """
-        failures: dict[int, Failure] = {}
-        ready: dict[int, ClientData] = {}
-        for position, task in enumerate(tasks):
-            client = self._reach(task.client_id, task.models)
-            if isinstance(client, ClientData) and len(client.train) == 0:
-                client = Failure(task.client_id, "client holds no training samples")
-            if isinstance(client, Failure):
-                failures[position] = client
-            else:
-                ready[position] = client
+        ready, failures = self._sort_out(
+            tasks, lambda _, c: "client holds no training samples" if not len(c.train) else None
+        )
         keys = self._choose(
             {p: tasks[p].models for p in ready}, {p: c.train for p, c in ready.items()}
         )
@@ -137,19 +130,16 @@ class InProcessFleet:
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
         """Accuracy and loss of each task's model (IFCA choice on train data) on its split."""
-        failures: dict[int, Failure] = {}
-        ready: dict[int, ClientData] = {}
-        for position, task in enumerate(tasks):
-            client = self._reach(task.client_id, task.models)
-            if isinstance(client, ClientData):
-                if len(client.splits()[task.split.value]) == 0:
-                    client = Failure(task.client_id, f"client holds no {task.split} samples")
-                elif len(task.models) > 1 and len(client.train) == 0:
-                    client = Failure(task.client_id, "client holds no training samples")
-            if isinstance(client, Failure):
-                failures[position] = client
-            else:
-                ready[position] = client
+
+        def problem(position: int, client: ClientData) -> str | None:
+            task = tasks[position]
+            if len(client.splits()[task.split.value]) == 0:
+                return f"client holds no {task.split} samples"
+            if len(task.models) > 1 and len(client.train) == 0:
+                return "client holds no training samples to choose a model with"
+            return None
+
+        ready, failures = self._sort_out(tasks, problem)
         keys = self._choose(
             {p: tasks[p].models for p in ready}, {p: c.train for p, c in ready.items()}
         )
@@ -166,16 +156,35 @@ class InProcessFleet:
         )
         return EvaluateOutcome(results, tuple(f for _, f in sorted(failures.items())))
 
-    def _reach(self, client_id: str, models: Candidates) -> ClientData | Failure:
-        """The client of a task, or the failure that answers it."""
-        client = self._clients.get(client_id)
-        if client is None:
-            return Failure(client_id, f"unknown client: not in federation {self.federation.name!r}")
-        if client_id in self._offline:
-            return Failure(client_id, "client is offline")
-        if not models:
-            return Failure(client_id, "task carries no model")
-        return client
+    def _sort_out(
+        self,
+        tasks: Sequence[FitTask | EvaluateTask],
+        problem: Callable[[int, ClientData], str | None],
+    ) -> tuple[dict[int, ClientData], dict[int, Failure]]:
+        """Split task positions into reachable clients and failures, both by position.
+
+        A task fails if its client is unknown or offline, if it carries no model, or if
+        ``problem(position, client)`` names a reason.
+        """
+        ready: dict[int, ClientData] = {}
+        failures: dict[int, Failure] = {}
+        for position, task in enumerate(tasks):
+            client = self._clients.get(task.client_id)
+            if client is None:
+                reason = f"unknown client: not in federation {self.federation.name!r}"
+                failures[position] = Failure(task.client_id, reason)
+                continue
+            if task.client_id in self._offline:
+                problem_found: str | None = "client is offline"
+            elif not task.models:
+                problem_found = "task carries no model"
+            else:
+                problem_found = problem(position, client)
+            if problem_found is None:
+                ready[position] = client
+            else:
+                failures[position] = Failure(task.client_id, problem_found)
+        return ready, failures
 
     def _choose(
         self, candidates: Mapping[int, Candidates], train: Mapping[int, Dataset]

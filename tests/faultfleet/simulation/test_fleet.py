@@ -49,8 +49,12 @@ def federation() -> Federation:
     return Federation("toy", clients, 2, ("first-half", "second-half"))
 
 
-def make_fleet(**options: object) -> InProcessFleet:
-    return InProcessFleet(federation(), tiny_cnn(), device=CPU, **options)  # type: ignore[arg-type]
+def make_fleet(
+    *, batched: bool = True, max_group: int | None = None, offline: tuple[str, ...] = ()
+) -> InProcessFleet:
+    return InProcessFleet(
+        federation(), tiny_cnn(), device=CPU, batched=batched, max_group=max_group, offline=offline
+    )
 
 
 def start() -> FloatArray:
@@ -64,14 +68,14 @@ def fitted_to(client_id: str) -> FloatArray:
 
 
 def test_is_a_fleet_listing_clients_and_availability() -> None:
-    fleet: Fleet = make_fleet(offline=["b"])
+    fleet: Fleet = make_fleet(offline=("b",))
 
     assert fleet.client_ids() == ["a", "b", "c", "d"]
     assert fleet.available() == ["a", "c", "d"]
 
 
 def test_set_offline_replaces_the_offline_set_and_rejects_unknown_clients() -> None:
-    fleet = make_fleet(offline=["b"])
+    fleet = make_fleet(offline=("b",))
 
     fleet.set_offline(["a", "d"])
 
@@ -80,9 +84,9 @@ def test_set_offline_replaces_the_offline_set_and_rejects_unknown_clients() -> N
         fleet.set_offline(["zz"])
 
 
-@pytest.mark.parametrize("batched", [True, False])
-def test_fit_trains_each_task_like_local_update(batched: bool) -> None:
-    fleet, data = make_fleet(batched=batched), federation()
+@pytest.mark.parametrize(("batched", "max_group"), [(True, None), (True, 1), (False, None)])
+def test_fit_trains_each_task_like_local_update(batched: bool, max_group: int | None) -> None:
+    fleet, data = make_fleet(batched=batched, max_group=max_group), federation()
     tasks = [FitTask(c, {"m": start()}, CONFIG, seed=i) for i, c in enumerate(["d", "a", "c"])]
 
     outcome = fleet.fit(1, tasks)
@@ -111,7 +115,7 @@ def test_fit_groups_tasks_by_config() -> None:
 
 
 def test_fit_failures_and_byte_counts() -> None:
-    fleet = make_fleet(offline=["b"])
+    fleet = make_fleet(offline=("b",))
     two = {"x": start(), "y": start()}
     tasks = [
         FitTask("a", two, CONFIG, 0),

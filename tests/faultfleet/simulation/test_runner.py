@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,6 +103,6 @@ def test_profiles_apply_overrides_and_strategy_options() -> None:
         ("device", "tpu", "device must be"),
     ],
 )
-def test_bad_settings_name_the_field(field: str, value: object, message: str) -> None:
+def test_bad_settings_name_the_field(field: str, value: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         replace(TINY, **{field: value})

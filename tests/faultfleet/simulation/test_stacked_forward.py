@@ -54,10 +54,10 @@ class Scaled(nn.Module):
 
 
 def strided_cnn() -> nn.Module:
-    """Conv1d of two input channels with stride, one without bias, on (2, 12) windows."""
+    """Strided Conv1d of two input channels (kernel two strides wide), one without bias."""
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv1d(2, 3, 3, stride=2, padding=1),
+        nn.Conv1d(2, 3, 4, stride=2, padding=1),
         nn.ReLU(),
         nn.Conv1d(3, 4, 3, bias=False),
         nn.MaxPool1d(2),
