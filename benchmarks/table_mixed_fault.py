@@ -16,7 +16,6 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 
 from faultfleet.cli_sim import write_json
 from faultfleet.simulation.config import profile
+from faultfleet.simulation.plots import plot_accuracy, plot_clusters
 from faultfleet.simulation.runner import build_federation, run_simulation
 
 PAPER_TABLE_III = {
@@ -71,6 +71,30 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f}"
 
 
+def draw(documents: dict[str, list[dict[str, Any]]], out: Path) -> None:
+    """The paper's Fig. 6 pair for the first seed: accuracy per round, FLACC's clusters."""
+    curves = {
+        method: (
+            [h["round"] for h in docs[0]["history"]],
+            [h["accuracy"] for h in docs[0]["history"]],
+        )
+        for method, docs in documents.items()
+        if docs
+    }
+    seed = next(iter(documents.values()))[0]["seed"]
+    plot_accuracy(curves, out / f"accuracy-seed{seed}.png", title=f"mixed-fault, seed {seed}")
+    if documents.get("flacc"):
+        flacc = documents["flacc"][0]
+        final = flacc["final"]
+        plot_clusters(
+            flacc["true_groups"],
+            flacc["clusters"],
+            flacc["num_samples"],
+            out / f"clusters-flacc-seed{seed}.png",
+            title=f"FLACC, seed {seed}: {final['num_clusters']} clusters, ARI {final['ari']:.2f}",
+        )
+
+
 def main() -> None:
     """Run the table and print it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -87,8 +111,9 @@ def main() -> None:
         for method in args.methods:
             cached = args.out / method / f"seed{seed}" / "results.json"
             if federation is None and not cached.is_file():
-                federation = build_federation(replace(method_config(method, seed, args.rounds)))
+                federation = build_federation(method_config(method, seed, args.rounds))
             documents[method].append(run_cell(method, seed, args.rounds, args.out, federation))
+    draw(documents, args.out)
     print(f"\nmixed-fault, seeds {args.seeds}, {args.rounds} rounds, paper profile\n")
     print("| method | accuracy (%) | paper (%) | clusters | ARI | wall time per run (s) |")
     print("|---|---|---|---|---|---|")

@@ -36,7 +36,7 @@ def plot_accuracy(
     axes.set_ylabel("test accuracy (%)")
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
-    axes.legend(loc="lower right")
+    axes.legend(loc="best")
     axes.set_title(title)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
