@@ -1,4 +1,4 @@
-"""Test-wide configuration: Hypothesis profiles and the SciPy array-API switch.
+"""Test-wide configuration: Hypothesis profiles, the SciPy array-API switch, torch threads.
 
 ``CI=true`` selects a derandomised profile so a CI run is reproducible; locally the
 default profile explores new examples on every run.
@@ -13,7 +13,12 @@ import os
 # suite runs whole instead of reporting skips.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
+import torch
 from hypothesis import HealthCheck, settings
+
+# One torch thread: test models are tiny, and spinning worker threads only slow the suite
+# down when another process shares the machine's cores.
+torch.set_num_threads(1)
 
 settings.register_profile(
     "ci",
