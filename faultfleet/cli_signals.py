@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,12 @@ from signal_pipeline.federation import Federation
 from signal_pipeline.inspection import Inspection, inspect_recording
 from signal_pipeline.machine import MachineProfile
 from signal_pipeline.readers import SUPPORTED_SUFFIXES, read_recording, write_recording
-from signal_pipeline.scenarios import VibrationSettings, manifest_federation, mixed_fault
+from signal_pipeline.scenarios import (
+    ProgressCallback,
+    VibrationSettings,
+    manifest_federation,
+    mixed_fault,
+)
 from signal_pipeline.simulator import DEFAULT_FS_HZ, DEFAULT_SNR_DB, simulate
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -232,19 +239,22 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_mixed_fault(seed: int, clients_per_group: int, settings: VibrationSettings) -> Federation:
-    """Build the mixed-fault federation with a progress bar on stderr."""
+@contextmanager
+def machine_progress(total: int) -> Iterator[ProgressCallback]:
+    """A progress bar on stderr for simulating ``total`` machines; yields its callback."""
     with tqdm(
-        total=clients_per_group * 6,
-        desc="simulating machines",
-        unit="machine",
-        file=sys.stderr,
-        disable=None,
+        total=total, desc="simulating machines", unit="machine", file=sys.stderr, disable=None
     ) as bar:
 
         def advance(done: int, _total: int) -> None:
             bar.update(done - bar.n)
 
+        yield advance
+
+
+def build_mixed_fault(seed: int, clients_per_group: int, settings: VibrationSettings) -> Federation:
+    """Build the mixed-fault federation with a progress bar on stderr."""
+    with machine_progress(clients_per_group * 6) as advance:
         return mixed_fault(
             seed, clients_per_group=clients_per_group, settings=settings, progress=advance
         )

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from coordinator.strategies.registry import STRATEGIES
+from faultfleet.cli_signals import machine_progress
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.simulation.config import PROFILES, SCENARIOS, SimConfig, profile
 from faultfleet.simulation.plots import plot_accuracy, plot_clusters
@@ -183,17 +184,7 @@ def run_sim(args: argparse.Namespace) -> int:
     compare = args.compare or ("none" if config.strategy == "fedavg" else "fedavg")
     if compare != "none" and compare not in STRATEGIES:
         raise ValueError(f"--compare {compare!r}: choose one of {', '.join(sorted(STRATEGIES))}")
-    with tqdm(
-        total=config.clients_per_group * 6,
-        desc="simulating machines",
-        unit="machine",
-        file=sys.stderr,
-        disable=None,
-    ) as bar:
-
-        def advance(done: int, _total: int) -> None:
-            bar.update(done - bar.n)
-
+    with machine_progress(config.clients_per_group * 6) as advance:
         federation = build_federation(config, progress=advance)
     args.out.mkdir(parents=True, exist_ok=True)
     result = _run(config, federation, args.out, args.resume, config.strategy)
