@@ -6,8 +6,6 @@ vectorised path against this one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -29,16 +27,6 @@ from signal_pipeline.federation import Dataset
 
 CPU = torch.device("cpu")
 LENGTH = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from threads, and on a shared machine spinning threads
-    slow these tests down tenfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def toy_dataset(n: int, seed: int, *, flip: bool = False) -> Dataset:

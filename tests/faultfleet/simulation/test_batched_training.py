@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -30,16 +28,6 @@ CONFIGS = [
     pytest.param(TrainConfig("sgd", 0.05, 2, BATCH, momentum=0.9), id="sgd-momentum"),
     pytest.param(TrainConfig("sgd", 0.05, 2, BATCH), id="sgd"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from threads, and on a shared machine spinning threads
-    slow these tests down tenfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def clients() -> tuple[list[FloatArray], list[Dataset], list[int]]:

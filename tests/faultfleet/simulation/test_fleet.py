@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -21,16 +19,6 @@ CPU = torch.device("cpu")
 CONFIG = TrainConfig("adam", 0.01, 2, 8)
 N_PARAMS = 82
 """Parameters of ``tiny_cnn``: 4·3 + 4 + 32·2 + 2."""
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from threads, and on a shared machine spinning threads
-    slow these tests down tenfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def client(name: str, seed: int, *, flip: bool = False, n_test: int = 6) -> ClientData:

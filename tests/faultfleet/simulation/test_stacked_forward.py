@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -14,16 +12,6 @@ from faultfleet.simulation.batched_training import vmap_step_function
 from faultfleet.simulation.stacked_forward import stacked_step_function
 from faultfleet.simulation.stacked_layers import pair_max_pool, to_merged, to_side
 from tests.edge_agent.test_training import tiny_cnn
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from threads, and on a shared machine spinning threads
-    slow these tests down tenfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class Threshold(nn.Module):

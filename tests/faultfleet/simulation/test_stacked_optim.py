@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -17,16 +15,6 @@ CONFIGS = [
     pytest.param(TrainConfig("sgd", 0.05, momentum=0.9), id="sgd-momentum"),
     pytest.param(TrainConfig("sgd", 0.05), id="sgd"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from threads, and on a shared machine spinning threads
-    slow these tests down tenfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
