@@ -2,7 +2,7 @@
 
 ``paper`` is FLACC §VI's mixed-fault case study: 48 machines, c = 0.25, E = 5, B = 32,
 Adam with learning rate 5e-4, n_merge = 1, T = 10, N_sep = 10, 100 rounds. ``quick`` keeps
-the structure (six groups, partial participation) at a size that runs in about a minute on
+the structure (six groups, partial participation) at a size that runs in under a minute on
 two CPU cores, for trying things out and for ``make demo``.
 """
 
