@@ -26,6 +26,7 @@ import numpy as np
 from coordinator.fleet import Fleet
 from coordinator.state import EngineState
 from coordinator.strategies.base import ModelFactory, Strategy, StrategyState
+from faultfleet.scoring import mean_client_accuracy
 from faultfleet.tasks import (
     EvaluateResult,
     EvaluateTask,
@@ -69,7 +70,7 @@ class EvaluationReport:
         """Mean over clients of each client's accuracy (FLACC §V-B); nan if none answered."""
         if not self.results:
             return float("nan")
-        return float(np.mean([r.accuracy for r in self.results]))
+        return mean_client_accuracy([r.accuracy for r in self.results])
 
     def accuracy_by_client(self) -> dict[str, float]:
         """Accuracy of every client that answered."""

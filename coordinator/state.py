@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from faultfleet.files import atomic_write
+
 LATEST = "LATEST"
 META_FILE = "state.json"
 ARRAYS_FILE = "arrays.npz"
@@ -64,9 +66,7 @@ def save_state(directory: Path, state: EngineState, *, keep: int = 2) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    pointer = directory / f".{LATEST}.tmp"
-    pointer.write_text(name + "\n", encoding="utf-8")
-    os.replace(pointer, directory / LATEST)
+    atomic_write(directory / LATEST, lambda pointer: pointer.write(f"{name}\n".encode()))
     checkpoints = sorted(p for p in directory.glob("round-*") if p.is_dir())
     for old in checkpoints[: max(0, len(checkpoints) - keep)]:
         if old.name != name:

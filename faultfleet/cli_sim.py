@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from tqdm import tqdm
 
 from coordinator.strategies.registry import STRATEGIES
 from faultfleet.cli_signals import machine_progress
+from faultfleet.files import atomic_write
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.simulation.config import PROFILES, SCENARIOS, SimConfig, profile
 from faultfleet.simulation.plots import plot_accuracy, plot_clusters
@@ -166,12 +165,8 @@ def _run(
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
-    os.replace(tmp, path)
+    text = json.dumps(document, indent=1) + "\n"
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 def run_sim(args: argparse.Namespace) -> int:

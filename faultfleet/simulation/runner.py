@@ -27,7 +27,7 @@ from coordinator.strategies.registry import make_strategy
 from edge_agent.training import select_device
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
-from faultfleet.scoring import clustering_scores
+from faultfleet.scoring import clustering_scores, mean_client_accuracy
 from faultfleet.simulation.config import SimConfig
 from faultfleet.simulation.fleet import InProcessFleet
 from signal_pipeline.federation import Federation
@@ -77,7 +77,7 @@ class SimResult:
     def final(self) -> dict[str, float | int]:
         """Accuracy, clusters found, ARI and purity after the last round."""
         scores = clustering_scores(self.true_groups, self.clusters)
-        accuracy = float(np.mean(list(self.client_accuracy.values())))
+        accuracy = mean_client_accuracy(list(self.client_accuracy.values()))
         return {
             "accuracy": accuracy,
             "num_clusters": scores.num_clusters,

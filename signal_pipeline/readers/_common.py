@@ -2,19 +2,15 @@
 
 Nothing here knows about a file format: these are the rules every format follows — a
 signal is a non-empty 1-D numeric array whose finiteness is checked in its original
-dtype before it becomes float32, explicit arguments are validated before use, and files
-are written atomically.
+dtype before it becomes float32, and explicit arguments are validated before use. Files
+are written with :func:`faultfleet.files.atomic_write`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -147,41 +143,3 @@ def read_text(path: Path) -> str:
         ) from exc
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file ({exc.strerror or exc})") from exc
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write a file through ``write`` into a temporary sibling, then rename it into place.
-
-    Parameters
-    ----------
-    path : Path
-        Destination; its parent folders are created.
-    write : callable
-        Receives a binary file object open for writing.
-
-    Returns
-    -------
-    Path
-        ``path``. A reader never sees a half-written file: either the old file or the
-        complete new one is there.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _temporary_sibling(path) as (handle, temp_path):
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-        handle.close()
-        os.replace(temp_path, path)
-    return path
-
-
-@contextlib.contextmanager
-def _temporary_sibling(path: Path) -> Iterator[tuple[IO[bytes], Path]]:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    temp_path = Path(name)
-    handle = os.fdopen(fd, "wb")
-    try:
-        yield handle, temp_path
-    finally:
-        handle.close()
-        temp_path.unlink(missing_ok=True)

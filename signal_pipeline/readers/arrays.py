@@ -22,9 +22,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from faultfleet.files import atomic_write
 from signal_pipeline.readers._common import (
     RATE_TOLERANCE,
-    atomic_write,
     check_label,
     check_positive,
     rates_disagree,

@@ -18,9 +18,9 @@ from typing import IO, Any
 import numpy as np
 from scipy.io import wavfile
 
+from faultfleet.files import atomic_write
 from faultfleet.types import Float64Array
 from signal_pipeline.readers._common import (
-    atomic_write,
     read_prefix,
     source_name,
     to_float32_signal,

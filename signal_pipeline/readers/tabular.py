@@ -19,10 +19,10 @@ from typing import IO
 
 import numpy as np
 
+from faultfleet.files import atomic_write
 from faultfleet.types import Float64Array
 from signal_pipeline.readers._common import (
     RATE_TOLERANCE,
-    atomic_write,
     rates_disagree,
     read_text,
     source_name,

@@ -1,15 +1,13 @@
-"""Tests for signal_pipeline.readers._common: shared checks and atomic writes."""
+"""Tests for signal_pipeline.readers._common: shared checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import pytest
 
 from signal_pipeline.readers._common import (
-    atomic_write,
     check_label,
     check_positive,
     rates_disagree,
@@ -75,36 +73,3 @@ def test_rates_disagree_at_one_percent() -> None:
     # Execute / Assert
     assert not rates_disagree(1000.0, 1009.0)
     assert rates_disagree(1000.0, 1011.0)
-
-
-def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
-    # Prepare
-    path = tmp_path / "rec.npz"
-    path.write_bytes(b"old")
-
-    def failing_write(handle: IO[bytes]) -> None:
-        handle.write(b"half")
-        raise OSError("disk full")
-
-    # Execute
-    with pytest.raises(OSError, match="disk full"):
-        atomic_write(path, failing_write)
-
-    # Assert
-    assert path.read_bytes() == b"old"
-    assert [p.name for p in tmp_path.iterdir()] == ["rec.npz"]
-
-
-def test_write_creates_parent_folders(tmp_path: Path) -> None:
-    # Prepare
-    path = tmp_path / "x" / "y" / "rec.bin"
-
-    def write(handle: IO[bytes]) -> None:
-        handle.write(b"new")
-
-    # Execute
-    written = atomic_write(path, write)
-
-    # Assert
-    assert written == path
-    assert path.read_bytes() == b"new"
