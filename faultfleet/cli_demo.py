@@ -9,17 +9,14 @@ engineer would, then trains the fleet with FLACC (the ``quick`` profile of
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from faultfleet.cli_signals import build_mixed_fault, format_inspection
-from faultfleet.cli_sim import write_json
+from faultfleet.cli_sim import run_with_progress
 from faultfleet.simulation.config import PROFILES, profile
-from faultfleet.simulation.runner import RoundRecord, run_simulation
 from signal_pipeline.bearing import SKF_6205
 from signal_pipeline.conditions import Condition
 from signal_pipeline.inspection import inspect_recording
@@ -101,14 +98,7 @@ def run_flacc(seed: int, rounds: int, out: Path) -> None:
         f"\nFLACC on {config.clients_per_group * 6} simulated machines in 6 hidden groups "
         f"({rounds} rounds, {config.fraction:.0%} of the machines per round):"
     )
-    with tqdm(total=rounds, desc="FLACC", unit="round", file=sys.stderr, disable=None) as bar:
-
-        def show(record: RoundRecord) -> None:
-            bar.update(record.round - bar.n)
-            bar.set_postfix(clusters=record.num_clusters, acc=f"{record.accuracy or 0:.2f}")
-
-        result = run_simulation(config, on_round=show)
-    write_json(out / "results.json", result.to_json())
+    result = run_with_progress(config, out, label="FLACC", checkpoint=False)
     final = result.final()
     found: dict[int, list[str]] = {}
     for client, cluster in sorted(result.clusters.items()):

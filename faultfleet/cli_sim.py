@@ -138,9 +138,19 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
 
 
-def _run(
-    config: SimConfig, federation: Federation, out: Path, resume: bool, label: str
+def run_with_progress(
+    config: SimConfig,
+    out: Path,
+    *,
+    label: str,
+    federation: Federation | None = None,
+    resume: bool = False,
+    checkpoint: bool = True,
 ) -> SimResult:
+    """Run ``config`` with a progress bar on stderr and write ``out/results.json``.
+
+    Checkpoints go to ``out/checkpoint`` unless ``checkpoint`` is false.
+    """
     with tqdm(total=config.rounds, desc=label, unit="round", file=sys.stderr, disable=None) as bar:
 
         def show(record: RoundRecord) -> None:
@@ -156,7 +166,7 @@ def _run(
             config,
             federation=federation,
             on_round=show,
-            checkpoint_dir=out / "checkpoint",
+            checkpoint_dir=out / "checkpoint" if checkpoint else None,
             resume=resume,
         )
     write_json(out / "results.json", result.to_json())
@@ -182,12 +192,18 @@ def run_sim(args: argparse.Namespace) -> int:
     with machine_progress(config.clients_per_group * 6) as advance:
         federation = build_federation(config, progress=advance)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = _run(config, federation, args.out, args.resume, config.strategy)
+    result = run_with_progress(
+        config, args.out, label=config.strategy, federation=federation, resume=args.resume
+    )
     curves = {config.strategy: _curve(result)}
     if compare != "none":
         other = replace(config, strategy=compare, strategy_options={})
-        other_result = _run(
-            other, federation, args.out / f"compare-{compare}", args.resume, compare
+        other_result = run_with_progress(
+            other,
+            args.out / f"compare-{compare}",
+            label=compare,
+            federation=federation,
+            resume=args.resume,
         )
         curves[compare] = _curve(other_result)
     final = result.final()
