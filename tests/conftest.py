@@ -1,4 +1,5 @@
-"""Test-wide configuration: Hypothesis profiles, the SciPy array-API switch, torch threads.
+"""Test-wide configuration: Hypothesis profiles, the SciPy array-API switch, torch threads,
+and the MQTT broker fixtures (``mosquitto_bin``, ``broker``, ``broker_settings``).
 
 ``CI=true`` selects a derandomised profile so a CI run is reproducible; locally the
 default profile explores new examples on every run.
@@ -7,14 +8,20 @@ default profile explores new examples on every run.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 # scikit-learn's estimator checks include an array-API check that skips itself unless SciPy's
 # array-API support is switched on; switch it on (before SciPy is imported) so the contract
 # suite runs whole instead of reporting skips.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from faultfleet.wire.broker import RunningBroker, find_mosquitto, start_broker
+from faultfleet.wire.settings import BrokerSettings
 
 # One torch thread: test models are tiny, and spinning worker threads only slow the suite
 # down when another process shares the machine's cores.
@@ -29,3 +36,38 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
+
+
+# --- MQTT broker fixtures: a real Mosquitto per test, on a free port, in tmp_path -----------
+
+MOSQUITTO_MISSING = (
+    "mosquitto is not installed: the MQTT tests need a real broker; run "
+    "`apt-get install mosquitto` (make test installs it when run as root)"
+)
+
+
+@pytest.fixture(scope="session")
+def mosquitto_bin() -> Path:
+    """Path of the mosquitto executable; fails under CI=true when missing, else skips."""
+    found = find_mosquitto()
+    if found is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(MOSQUITTO_MISSING)
+        pytest.skip(MOSQUITTO_MISSING)
+    return found
+
+
+@pytest.fixture
+def broker(mosquitto_bin: Path, tmp_path: Path) -> Iterator[RunningBroker]:
+    """A Mosquitto broker on a free port with its files in ``tmp_path / "broker"``."""
+    running = start_broker(prefer="mosquitto", workdir=tmp_path / "broker")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def broker_settings(broker: RunningBroker) -> BrokerSettings:
+    """Settings that point a client at the ``broker`` fixture."""
+    return BrokerSettings(host=broker.host, port=broker.port)

@@ -1,0 +1,251 @@
+"""Binary frames and tensor payloads of the wire protocol.
+
+A frame is ``b"FFW1"``, a 4-byte big-endian header length, a UTF-8 JSON header (one of the
+envelopes of :mod:`faultfleet.wire.messages`) and a body. Task and update bodies hold named
+flat weight vectors in the safetensors format — a header of names, dtypes and shapes followed
+by raw little-endian data, parsed without executing anything (never pickle, never
+``torch.load`` of bytes from the network). Bodies can be float16 and zlib-compressed
+(:class:`~faultfleet.wire.messages.TensorEncoding`); receivers always get float32 back.
+
+Everything a receiver cannot accept raises :class:`WireError` carrying a
+:class:`RejectReason`, which the coordinator counts on
+``faultfleet_updates_rejected_total{reason=...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from safetensors import SafetensorError
+from safetensors.numpy import load as load_safetensors
+from safetensors.numpy import save as save_safetensors
+
+from faultfleet.types import FloatArray
+from faultfleet.wire.messages import SCHEMA_VERSION, TensorEncoding
+
+MAGIC = b"FFW1"
+_LENGTH = struct.Struct(">I")
+MAX_HEADER_BYTES = 1024 * 1024
+
+_DTYPES = {"float32": np.float32, "float16": np.float16}
+_WIDTH = {"float32": 4, "float16": 2}
+
+
+class RejectReason(StrEnum):
+    """Why a message from an agent was refused (a label of the rejection counter)."""
+
+    MALFORMED = "malformed"
+    """Not a frame, bad JSON, or an unreadable tensor body."""
+    OVERSIZED = "oversized"
+    """Larger than ``broker.max_payload_bytes`` (or inflates beyond it)."""
+    SCHEMA = "schema"
+    """A header that does not validate: unknown field, wrong type, other schema version."""
+    WRONG_SHAPE = "wrong_shape"
+    """Tensors missing, extra, or of the wrong length or dtype for the model."""
+    NOT_FINITE = "not_finite"
+    """NaN or infinite weights."""
+    UNKNOWN_TASK = "unknown_task"
+    """An answer to no task of this run (another run, a forged id, another agent's topic)."""
+    DUPLICATE = "duplicate"
+    """A second answer for the same (round, agent): kept once, idempotently."""
+    LATE = "late"
+    """An answer that arrived after its round's deadline."""
+
+
+class WireError(ValueError):
+    """A message that cannot be accepted; :attr:`reason` says which rule it broke."""
+
+    def __init__(self, reason: RejectReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def encode_frame(header: BaseModel, body: bytes = b"") -> bytes:
+    """``header`` as JSON followed by ``body``, in one frame."""
+    text = header.model_dump_json().encode("utf-8")
+    return MAGIC + _LENGTH.pack(len(text)) + text + body
+
+
+def split_frame(payload: bytes, *, max_bytes: int) -> tuple[dict[str, Any], bytes]:
+    """The JSON header (as a dict) and the body of a frame.
+
+    Raises
+    ------
+    WireError
+        OVERSIZED above ``max_bytes``; MALFORMED for anything that is not a frame.
+    """
+    if len(payload) > max_bytes:
+        raise WireError(
+            RejectReason.OVERSIZED,
+            f"message of {len(payload)} bytes exceeds the limit of {max_bytes} bytes "
+            "(broker.max_payload_bytes)",
+        )
+    if len(payload) < len(MAGIC) + _LENGTH.size or not payload.startswith(MAGIC):
+        raise WireError(RejectReason.MALFORMED, "not a faultfleet frame (no FFW1 marker)")
+    (length,) = _LENGTH.unpack_from(payload, len(MAGIC))
+    start = len(MAGIC) + _LENGTH.size
+    if length > MAX_HEADER_BYTES or start + length > len(payload):
+        raise WireError(
+            RejectReason.MALFORMED,
+            f"frame header of {length} bytes does not fit the {len(payload)}-byte message",
+        )
+    try:
+        header = json.loads(payload[start : start + length].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise WireError(RejectReason.MALFORMED, f"frame header is not JSON: {error}") from error
+    if not isinstance(header, dict):
+        raise WireError(RejectReason.MALFORMED, "frame header is not a JSON object")
+    return header, payload[start + length :]
+
+
+EnvelopeT = TypeVar("EnvelopeT")
+
+
+def parse_envelope(adapter: TypeAdapter[EnvelopeT], data: dict[str, Any] | bytes) -> EnvelopeT:
+    """Validate ``data`` (a header dict or JSON bytes) against ``adapter``.
+
+    Raises
+    ------
+    WireError
+        MALFORMED for bytes that are not JSON; SCHEMA for anything that does not validate,
+        with the other side's schema version named when that is the cause.
+    """
+    if isinstance(data, bytes):
+        try:
+            data = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise WireError(RejectReason.MALFORMED, f"message is not JSON: {error}") from error
+        if not isinstance(data, dict):
+            raise WireError(RejectReason.MALFORMED, "message is not a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise WireError(
+            RejectReason.SCHEMA,
+            f"message has schema_version {version!r}; this side speaks {SCHEMA_VERSION} — "
+            "run the same faultfleet version on the coordinator and the agents",
+        )
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc']) or 'message'}: {item['msg']}"
+            for item in error.errors()[:5]
+        )
+        raise WireError(RejectReason.SCHEMA, f"invalid message: {problems}") from error
+
+
+def encode_tensors(tensors: Mapping[str, FloatArray], encoding: TensorEncoding) -> bytes:
+    """Named flat vectors as a safetensors body in ``encoding``.
+
+    Raises
+    ------
+    ValueError
+        For float16 when a value lies beyond float16's range (±65504): it would arrive as
+        infinity and be refused; use float32 for such a model.
+    """
+    dtype = _DTYPES[encoding.dtype]
+    if encoding.dtype == "float16":
+        limit = float(np.finfo(np.float16).max)
+        for name, value in tensors.items():
+            magnitudes = np.abs(np.asarray(value, dtype=np.float32))
+            finite = magnitudes[np.isfinite(magnitudes)]
+            largest = float(finite.max()) if finite.size else 0.0
+            if largest > limit:
+                raise ValueError(
+                    f"tensor {name!r} holds {largest:.3g}, beyond float16's range ±{limit:g}; "
+                    "set [wire] dtype = 'float32'"
+                )
+    arrays = {
+        name: np.ascontiguousarray(np.asarray(value).reshape(-1), dtype=dtype)
+        for name, value in tensors.items()
+    }
+    body = save_safetensors(arrays)
+    return zlib.compress(body, level=1) if encoding.compression == "zlib" else body
+
+
+def decode_tensors(
+    body: bytes,
+    encoding: TensorEncoding,
+    expected: Mapping[str, int],
+    *,
+    max_bytes: int,
+) -> dict[str, FloatArray]:
+    """The float32 vectors of a safetensors body, checked against ``expected`` lengths.
+
+    Parameters
+    ----------
+    body : bytes
+    encoding : TensorEncoding
+        As the frame header declares it.
+    expected : mapping of tensor name to its length (number of parameters)
+    max_bytes : int
+        Limit on the inflated size of a compressed body.
+
+    Raises
+    ------
+    WireError
+        MALFORMED, OVERSIZED, WRONG_SHAPE or NOT_FINITE.
+    """
+    if encoding.compression == "zlib":
+        inflater = zlib.decompressobj()
+        try:
+            body = inflater.decompress(body, max_bytes)
+        except zlib.error as error:
+            raise WireError(
+                RejectReason.MALFORMED, f"tensor body is not zlib data: {error}"
+            ) from error
+        if inflater.unconsumed_tail:
+            raise WireError(
+                RejectReason.OVERSIZED,
+                f"compressed tensor body inflates beyond {max_bytes} bytes",
+            )
+    try:
+        arrays = load_safetensors(body)
+    except (SafetensorError, ValueError) as error:
+        raise WireError(
+            RejectReason.MALFORMED, f"tensor body is not safetensors: {error}"
+        ) from error
+    except KeyError as error:  # safetensors.numpy has no numpy dtype for it (BF16, F8_*)
+        raise WireError(
+            RejectReason.WRONG_SHAPE,
+            f"tensor body holds dtype {error.args[0]!r}; the header declares {encoding.dtype}",
+        ) from error
+    if set(arrays) != set(expected):
+        raise WireError(
+            RejectReason.WRONG_SHAPE,
+            f"expected tensors {sorted(expected)}, got {sorted(arrays)}",
+        )
+    decoded: dict[str, FloatArray] = {}
+    want = np.dtype(_DTYPES[encoding.dtype])
+    for name, length in expected.items():
+        array = arrays[name]
+        if array.dtype != want:
+            raise WireError(
+                RejectReason.WRONG_SHAPE,
+                f"tensor {name!r} is {array.dtype}, the header declares {encoding.dtype}",
+            )
+        if array.shape != (length,):
+            raise WireError(
+                RejectReason.WRONG_SHAPE,
+                f"tensor {name!r} has shape {array.shape}, the model needs ({length},)",
+            )
+        values = array.astype(np.float32)
+        if not np.isfinite(values).all():
+            bad = int((~np.isfinite(values)).sum())
+            raise WireError(
+                RejectReason.NOT_FINITE, f"tensor {name!r} holds {bad} NaN or infinite values"
+            )
+        decoded[name] = values
+    return decoded
+
+
+def tensor_bytes(n_values: int, encoding: TensorEncoding) -> int:
+    """Raw size of ``n_values`` numbers in ``encoding``'s dtype (before compression)."""
+    return n_values * _WIDTH[encoding.dtype]

@@ -1,0 +1,260 @@
+"""Message envelopes of the wire protocol (schema version 1).
+
+Every message is a pydantic model with ``extra="forbid"``, ``frozen=True``, a
+``schema_version`` and a ``kind`` that tells the variants apart. Presence, assignments and
+diagnoses travel as plain JSON, readable with ``mosquitto_sub``; tasks, results and models
+travel as frames (:mod:`faultfleet.wire.codec`) whose header is one of these envelopes and
+whose body holds the tensors (safetensors) or the ONNX model.
+
+A message from a newer (or older) schema version is refused with a message naming both
+versions, so mixed deployments fail loudly instead of misreading each other.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from faultfleet.tasks import Split, TrainConfig
+from faultfleet.wire.topics import NAME_PATTERN
+
+SCHEMA_VERSION: Literal[1] = 1
+
+Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
+"""An agent or cluster id: usable as one topic level."""
+Digest = Annotated[str, Field(pattern="^[0-9a-f]{64}$")]
+NonNegative = Annotated[int, Field(ge=0)]
+Round = Annotated[int, Field(ge=1)]
+DType = Literal["float32", "float16"]
+Compression = Literal["none", "zlib"]
+
+
+class Envelope(BaseModel):
+    """Common base: strict, immutable, versioned.
+
+    NaN and infinities are refused when a message is built: JSON cannot carry them (pydantic
+    would write ``null``, which the receiver then rejects as a schema error).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+
+class TensorEncoding(BaseModel):
+    """How a frame's tensors are stored: float32 or float16, optionally zlib-compressed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: DType = "float32"
+    compression: Compression = "none"
+
+
+class ModelSpec(BaseModel):
+    """The architecture every task's weights belong to (``faultfleet.models.zoo``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    sample_shape: tuple[Annotated[int, Field(ge=1)], ...]
+    n_classes: Annotated[int, Field(ge=2)]
+
+
+class TrainSpec(BaseModel):
+    """Wire form of :class:`faultfleet.tasks.TrainConfig`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    optimizer: Literal["sgd", "adam"]
+    learning_rate: Annotated[float, Field(gt=0)]
+    epochs: Annotated[int, Field(ge=1)]
+    batch_size: Annotated[int, Field(ge=1)]
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> TrainSpec:
+        return cls(
+            optimizer=config.optimizer,
+            learning_rate=config.learning_rate,
+            epochs=config.epochs,
+            batch_size=config.batch_size,
+            momentum=config.momentum,
+        )
+
+    def config(self) -> TrainConfig:
+        return TrainConfig(
+            optimizer=self.optimizer,
+            learning_rate=self.learning_rate,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            momentum=self.momentum,
+        )
+
+
+# -- presence --------------------------------------------------------------------------------
+
+
+class AgentStatus(Envelope):
+    """Retained on ``agents/{id}/status``; the broker publishes the offline form as last will."""
+
+    kind: Literal["agent_status"] = "agent_status"
+    agent_id: Name
+    state: Literal["online", "offline"]
+    timestamp: float = 0.0
+    can_train: bool = False
+    """The agent holds labelled training data (a diagnosis-only agent does not)."""
+    num_train_samples: NonNegative = 0
+    device: str = ""
+    model_version: int | None = None
+    software_version: str = ""
+
+
+class CoordinatorStatus(Envelope):
+    """Retained on ``coordinator/status``."""
+
+    kind: Literal["coordinator_status"] = "coordinator_status"
+    state: Literal["online", "offline"]
+    run_id: str = ""
+    server_round: NonNegative = 0
+    strategy: str = ""
+    timestamp: float = 0.0
+
+
+# -- tasks and results -----------------------------------------------------------------------
+
+
+class _Task(Envelope):
+    task_id: str
+    run_id: str
+    server_round: NonNegative
+    agent_id: Name
+    model: ModelSpec
+    model_keys: tuple[str, ...] = Field(min_length=1)
+    """Names of the frame's tensors, one flat weight vector per candidate model."""
+    encoding: TensorEncoding = TensorEncoding()
+    """How the frame's tensors are encoded, and how the agent should encode its answer."""
+    deadline: float
+    """Unix time after which the coordinator no longer waits for the answer."""
+
+
+class FitTaskMessage(_Task):
+    """Train one of ``model_keys`` (lowest training loss among several) and send the weights."""
+
+    kind: Literal["fit"] = "fit"
+    train: TrainSpec
+    seed: int
+
+
+class EvaluateTaskMessage(_Task):
+    """Evaluate one of ``model_keys`` on a split of the agent's data."""
+
+    kind: Literal["evaluate"] = "evaluate"
+    split: Split = Split.TEST
+
+
+class _Answer(Envelope):
+    task_id: str
+    run_id: str
+    server_round: NonNegative
+    agent_id: Name
+
+
+class FitUpdateMessage(_Answer):
+    """The trained weights θ_i (tensor ``weights``) of model ``model_key``."""
+
+    kind: Literal["fit_update"] = "fit_update"
+    model_key: str
+    encoding: TensorEncoding = TensorEncoding()
+    num_samples: Annotated[int, Field(ge=1)]
+    train_loss: float
+    train_seconds: Annotated[float, Field(ge=0)] = 0.0
+
+    @field_validator("train_loss")
+    @classmethod
+    def _finite_loss(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"train_loss must be finite, got {value}")
+        return value
+
+
+class EvaluationMessage(_Answer):
+    """Accuracy and mean loss of ``model_key`` on ``num_samples`` samples."""
+
+    kind: Literal["evaluation"] = "evaluation"
+    model_key: str
+    accuracy: Annotated[float, Field(ge=0, le=1)]
+    loss: float
+    num_samples: NonNegative
+
+
+class TaskFailedMessage(_Answer):
+    """The agent could not do the task (no training data, an error); ``reason`` says why."""
+
+    kind: Literal["task_failed"] = "task_failed"
+    reason: Annotated[str, Field(max_length=2000)]
+
+
+TaskMessage = Annotated[FitTaskMessage | EvaluateTaskMessage, Field(discriminator="kind")]
+AnswerMessage = Annotated[
+    FitUpdateMessage | EvaluationMessage | TaskFailedMessage, Field(discriminator="kind")
+]
+TASK_ADAPTER: TypeAdapter[FitTaskMessage | EvaluateTaskMessage] = TypeAdapter(TaskMessage)
+ANSWER_ADAPTER: TypeAdapter[FitUpdateMessage | EvaluationMessage | TaskFailedMessage] = TypeAdapter(
+    AnswerMessage
+)
+
+
+# -- models and diagnoses --------------------------------------------------------------------
+
+
+class ModelAnnouncement(Envelope):
+    """Header of a cluster's retained model frame; the body is the ONNX file."""
+
+    kind: Literal["model"] = "model"
+    cluster_id: Name
+    version: NonNegative
+    """Increases with every model the coordinator publishes in a run."""
+    sha256: Digest
+    size_bytes: NonNegative
+    run_id: str
+    server_round: NonNegative
+    model: ModelSpec
+    class_names: tuple[str, ...]
+    members: NonNegative
+    max_abs_diff: float
+    """ONNX Runtime against torch on the coordinator's probe windows (≤ 1e-5)."""
+    created_at: float
+
+
+class ClusterAssignment(Envelope):
+    """Retained on ``agents/{id}/assignment``: which cluster's model serves the agent."""
+
+    kind: Literal["assignment"] = "assignment"
+    agent_id: Name
+    cluster_id: Name
+    model_version: NonNegative
+    sha256: Digest
+    run_id: str
+    server_round: NonNegative
+    timestamp: float
+
+
+class Diagnosis(Envelope):
+    """One diagnosed window, published on ``agents/{id}/diagnoses``."""
+
+    kind: Literal["diagnosis"] = "diagnosis"
+    agent_id: Name
+    window_index: NonNegative
+    class_id: NonNegative
+    class_name: str
+    probability: Annotated[float, Field(ge=0, le=1)]
+    model_version: NonNegative
+    cluster_id: Name
+    timestamp: float
+    """Unix time the window was captured."""
+    latency_s: Annotated[float, Field(ge=0)] = 0.0
+    true_label: int | None = None
+    """Known only for simulated machines and labelled recordings."""
+    origin: str = ""

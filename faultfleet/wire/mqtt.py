@@ -1,0 +1,399 @@
+"""The MQTT transport: the only module of faultfleet that imports paho.
+
+:class:`MqttConnection` wraps one paho client (MQTT 3.1.1, callback API version 2) with
+what both services need: a retained last will, reconnection with exponential backoff
+(including a first connection to a broker that is still down), a routing table whose
+subscriptions are renewed on every reconnect, payload size limits in both directions, and
+handlers that can never kill the network loop: an exception is logged with its topic,
+counted and reported, and the next message is handled as usual.
+
+Handlers run on paho's network thread, one at a time, in arrival order. A handler must be
+quick (hand long work to another thread): while it runs no keep-alive is answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from faultfleet.wire.dispatch import ConnectionState, Dispatcher, Handler, PublishError, Will
+from faultfleet.wire.settings import BrokerSettings
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Handler", "MqttConnection", "PublishError", "Will"]
+
+MAX_INFLIGHT_MESSAGES = 100
+
+
+def _not_the_post_disconnect_race(record: logging.LogRecord) -> bool:
+    # paho 2.2's network thread runs once more after a clean disconnect() closed the socket
+    # and logs "Client is not connected" at ERROR; nothing is wrong, so drop that line.
+    return not record.getMessage().startswith("Client is not connected")
+
+
+_PAHO_LOGGER = logging.getLogger(f"{__name__}.paho")
+_PAHO_LOGGER.addFilter(_not_the_post_disconnect_race)
+
+
+class MqttConnection:
+    """One MQTT 3.1.1 session with the broker named by ``settings``.
+
+    Parameters
+    ----------
+    client_id : str
+        MQTT client id; unique per broker (a second client with the same id takes over).
+    settings : BrokerSettings
+        Broker address, credentials, TLS files, keep-alive and payload limit.
+    will : Will, optional
+        Last will, published by the broker if this client vanishes without
+        :meth:`stop`.
+    persistent_session : bool
+        Ask the broker to keep subscriptions and queue QoS 1 messages while this client
+        is offline (``clean_session=False``).
+    on_connection_change : callable, optional
+        Called with True after every successful (re)connection and False after every
+        loss, on the network thread.
+    reconnect_min_s, reconnect_max_s : float, seconds
+        First delay before reconnecting, doubled on each failed try up to the maximum.
+    on_handler_error : callable, optional
+        Called with ``(topic, exception)`` when a handler raises.
+    on_oversized : callable, optional
+        Called with ``(topic, size_bytes)`` for an incoming message above
+        ``settings.max_payload_bytes``; no handler sees such a message.
+    max_queued_messages : int
+        Outgoing QoS 1 messages kept while unacknowledged or disconnected; beyond that
+        :meth:`publish` raises :class:`PublishError`.
+    """
+
+    def __init__(
+        self,
+        *,
+        client_id: str,
+        settings: BrokerSettings,
+        will: Will | None = None,
+        persistent_session: bool = False,
+        on_connection_change: Callable[[bool], None] | None = None,
+        reconnect_min_s: float = 0.5,
+        reconnect_max_s: float = 30.0,
+        on_handler_error: Callable[[str, Exception], None] | None = None,
+        on_oversized: Callable[[str, int], None] | None = None,
+        max_queued_messages: int = 10_000,
+    ) -> None:
+        if not client_id:
+            raise ValueError("client_id is empty; give each MQTT client a unique id")
+        if not 0 < reconnect_min_s <= reconnect_max_s:
+            raise ValueError(
+                f"reconnect_min_s={reconnect_min_s} and reconnect_max_s={reconnect_max_s} must "
+                "satisfy 0 < reconnect_min_s <= reconnect_max_s"
+            )
+        self.client_id = client_id
+        self.settings = settings
+        self.dispatcher = Dispatcher(
+            matches=paho.topic_matches_sub,
+            max_payload_bytes=settings.max_payload_bytes,
+            on_handler_error=on_handler_error,
+            on_oversized=on_oversized,
+        )
+        self._max_queued_messages = max_queued_messages
+        self._state = ConnectionState(on_connection_change)
+        self._started = False
+        self._stopped = False
+        self._closed = False
+        self._network_thread: int | None = None
+        self._client = self._make_client(will, persistent_session, reconnect_min_s, reconnect_max_s)
+
+    def _make_client(
+        self, will: Will | None, persistent: bool, reconnect_min_s: float, reconnect_max_s: float
+    ) -> paho.Client:
+        settings = self.settings
+        client = paho.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            clean_session=not persistent,
+            protocol=paho.MQTTv311,
+        )
+        client.enable_logger(_PAHO_LOGGER)
+        if settings.username is not None:
+            client.username_pw_set(settings.username, settings.password())
+        if settings.tls_ca is not None:
+            client.tls_set(
+                ca_certs=str(settings.tls_ca),
+                certfile=str(settings.tls_cert) if settings.tls_cert else None,
+                keyfile=str(settings.tls_key) if settings.tls_key else None,
+            )
+        if will is not None:
+            client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+        client.max_inflight_messages_set(MAX_INFLIGHT_MESSAGES)
+        client.max_queued_messages_set(self._max_queued_messages)
+        # paho annotates the delays as int but sleeps fractional seconds just as well.
+        client.reconnect_delay_set(cast(int, reconnect_min_s), cast(int, reconnect_max_s))
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_subscribe = self._on_subscribe
+        client.on_message = self._on_message
+        return client
+
+    @property
+    def handler_errors(self) -> int:
+        """Number of handler calls that raised."""
+        return self.dispatcher.handler_errors
+
+    @property
+    def oversized_messages(self) -> int:
+        """Number of incoming messages dropped for their size."""
+        return self.dispatcher.oversized_messages
+
+    @property
+    def broker_address(self) -> str:
+        """``host:port`` of the broker, for messages."""
+        return f"{self.settings.host}:{self.settings.port}"
+
+    @property
+    def connected(self) -> bool:
+        """Whether the broker has accepted the connection (CONNACK) and not lost it since."""
+        return self._state.connected
+
+    def start(self) -> None:
+        """Connect in the background; failed tries are retried with backoff until :meth:`stop`."""
+        with self._state.lock:
+            if self._started or self._stopped:
+                raise RuntimeError(f"MQTT client {self.client_id!r} was already started or stopped")
+            self._started = True
+        self._client.connect_async(
+            self.settings.host, self.settings.port, self.settings.keepalive_s
+        )
+        self._client.loop_start()
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` seconds for the connection; True when connected."""
+        return self._state.wait_connected(timeout_s)
+
+    def wait_subscribed(self, timeout_s: float) -> bool:
+        """Block until the broker acknowledged every route's subscription on this connection.
+
+        Returns False after ``timeout_s`` seconds, or at once when the broker refused one.
+        """
+        return self._state.wait_subscribed(self.dispatcher.filters, timeout_s)
+
+    def route(self, topic_filter: str, handler: Handler) -> None:
+        """Call ``handler(topic, payload)`` for every message matching ``topic_filter``.
+
+        Subscribes (QoS 1) now when connected and again after every reconnect. A message
+        matching several routes reaches each of their handlers.
+        """
+        with self._state.lock:
+            if self.dispatcher.add(topic_filter, handler) and self._state.connected:
+                self._subscribe(topic_filter)
+
+    def publish(
+        self, topic: str, payload: bytes | str, *, retain: bool = False, qos: int = 1
+    ) -> int:
+        """Queue a message for the broker; returns the payload size in bytes.
+
+        QoS 1 messages published while disconnected are sent after reconnecting.
+
+        Raises
+        ------
+        ValueError
+            The payload exceeds ``settings.max_payload_bytes``.
+        PublishError
+            The outgoing queue is full (the broker has been unreachable for a while).
+        """
+        data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
+        self._send(topic, data, retain=retain, qos=qos)
+        return len(data)
+
+    def publish_wait(
+        self, topic: str, payload: bytes | str, *, retain: bool = False, timeout_s: float = 10.0
+    ) -> int:
+        """Publish with QoS 1 and block until the broker acknowledges it (PUBACK).
+
+        Returns the payload size in bytes. Raises RuntimeError when called from a handler
+        (the acknowledgement arrives on the very thread the handler blocks).
+
+        Raises
+        ------
+        TimeoutError
+            No acknowledgement within ``timeout_s`` seconds; the message stays queued.
+        """
+        self._refuse_on_network_thread("publish_wait()")
+        data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
+        info = self._send(topic, data, retain=retain, qos=1)
+        if not self._wait_published(info, timeout_s):
+            raise TimeoutError(
+                f"broker {self.broker_address} did not acknowledge the message to {topic!r} "
+                f"within {timeout_s:.1f} s (connected: {self.connected}); it stays queued"
+            )
+        return len(data)
+
+    def stop(
+        self, final: Sequence[tuple[str, bytes, bool]] = (), *, timeout_s: float = 5.0
+    ) -> None:
+        """Publish ``final`` ``(topic, payload, retain)`` messages, then disconnect cleanly.
+
+        A clean disconnect does not fire the last will, so pass the 'offline' status here.
+        Waits up to ``timeout_s`` seconds in all for the final messages. Idempotent; not
+        callable from a handler.
+        """
+        self._refuse_on_network_thread("stop()")
+        with self._state.lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            started = self._started
+        if not started:
+            self._closed = True
+            return
+        try:
+            self._publish_final(final, timeout_s)
+        finally:
+            self._closed = True
+            self._client.disconnect()
+            self._client.loop_stop()
+            self._state.set(False)
+
+    def _publish_final(self, final: Sequence[tuple[str, bytes, bool]], timeout_s: float) -> None:
+        if not final:
+            return
+        if not self.connected:
+            topics = [topic for topic, _, _ in final]
+            logger.warning("broker %s unreachable: final %s not sent", self.broker_address, topics)
+            return
+        deadline = time.monotonic() + timeout_s
+        sent = [
+            (topic, self._send(topic, data, retain=retain, qos=1)) for topic, data, retain in final
+        ]
+        for topic, info in sent:
+            if not self._wait_published(info, max(deadline - time.monotonic(), 0.0)):
+                logger.warning(
+                    "no PUBACK for the final message to %s within %.1f s", topic, timeout_s
+                )
+
+    def _send(self, topic: str, data: bytes, *, retain: bool, qos: int) -> paho.MQTTMessageInfo:
+        if self._closed:
+            raise RuntimeError(f"cannot publish to {topic!r}: {self.client_id!r} was stopped")
+        limit = self.settings.max_payload_bytes
+        if len(data) > limit:
+            raise ValueError(
+                f"payload of {len(data)} bytes for topic {topic!r} exceeds "
+                f"broker.max_payload_bytes={limit}; send less or raise the limit on every "
+                "service and on the broker"
+            )
+        info = self._client.publish(topic, data, qos=qos, retain=retain)
+        if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            raise PublishError(
+                f"cannot publish to {topic!r}: {self._max_queued_messages} messages already wait "
+                f"for broker {self.broker_address} (connected: {self.connected}); restore the "
+                "broker connection or raise max_queued_messages"
+            )
+        if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
+            if qos == 0:
+                logger.debug("not connected: QoS 0 message to %s dropped", topic)
+            else:
+                # Queued by paho and sent after reconnecting; mark it pending, not failed.
+                info.rc = MQTTErrorCode.MQTT_ERR_SUCCESS
+        elif info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise PublishError(f"cannot publish to {topic!r}: {paho.error_string(info.rc)}")
+        return info
+
+    def _refuse_on_network_thread(self, what: str) -> None:
+        if threading.get_ident() == self._network_thread:
+            raise RuntimeError(
+                f"{what} called from an MQTT handler would block the network thread that "
+                "receives the broker's answers; use publish() or hand the work to another thread"
+            )
+
+    @staticmethod
+    def _wait_published(info: paho.MQTTMessageInfo, timeout_s: float) -> bool:
+        info.wait_for_publish(timeout=timeout_s)
+        return info.is_published()
+
+    def _subscribe(self, topic_filter: str) -> None:
+        # Called with the lock held, so on_subscribe cannot see the mid before it is recorded.
+        result, mid = self._client.subscribe(topic_filter, qos=1)
+        if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+            self._state.subscriptions.sent(mid, topic_filter)
+        else:
+            reason = paho.error_string(result)
+            logger.warning(
+                "subscribing to %s failed (%s); retried on reconnect", topic_filter, reason
+            )
+
+    def _on_connect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.ConnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        self._network_thread = threading.get_ident()
+        if reason_code.is_failure:
+            logger.error(
+                "broker %s refused client %r: %s; check broker.username and the password file",
+                self.broker_address,
+                self.client_id,
+                reason_code,
+            )
+            return
+        logger.info(
+            "connected to broker %s as %r (session present: %s)",
+            self.broker_address,
+            self.client_id,
+            flags.session_present,
+        )
+        with self._state.lock:
+            self._state.subscriptions.reset()
+            for topic_filter in self.dispatcher.filters():
+                self._subscribe(topic_filter)
+            changed = self._state.mark(True)
+        if changed:
+            self._state.report(True)
+
+    def _on_disconnect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.DisconnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        level, what = (logging.INFO, "left") if self._stopped else (logging.WARNING, "lost")
+        logger.log(level, "%s broker %s (%s)", what, self.broker_address, reason_code)
+        self._state.set(False)
+
+    def _on_subscribe(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        mid: int,
+        reason_codes: list[ReasonCode],
+        properties: Properties | None,
+    ) -> None:
+        refused = any(code.is_failure for code in reason_codes)
+        topic_filter = self._state.answered(mid, refused=refused)
+        if refused:
+            logger.error(
+                "broker %s refused the subscription to %s for %r; check its ACL",
+                self.broker_address,
+                topic_filter,
+                self.settings.username or self.client_id,
+            )
+
+    def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        self._network_thread = threading.get_ident()
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:
+            logger.warning("dropped a message whose topic is not UTF-8: %r", message._topic)
+            return
+        self.dispatcher.dispatch(topic, bytes(message.payload))

@@ -1,0 +1,85 @@
+"""The MQTT topic tree, built in one place.
+
+Every topic lives under a versioned root (``faultfleet/v1`` by default)::
+
+    {root}/coordinator/status            retained presence of the coordinator (last will: offline)
+    {root}/agents/{agent}/status         retained presence of an agent (last will: offline)
+    {root}/agents/{agent}/tasks          coordinator → agent: fit and evaluate tasks
+    {root}/agents/{agent}/results        agent → coordinator: updates, evaluations, failures
+    {root}/agents/{agent}/assignment     retained: the agent's cluster and model version
+    {root}/agents/{agent}/diagnoses      agent → subscribers: one message per diagnosed window
+    {root}/clusters/{cluster}/model      retained: the cluster's ONNX model
+
+An agent's broker account may write only the topics under its own id that it publishes
+(``status``, ``results``, ``diagnoses``); ``deploy/mosquitto/faultfleet.acl`` enforces it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from faultfleet.wire.settings import DEFAULT_TOPIC_ROOT
+
+NAME_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def check_name(kind: str, value: str) -> str:
+    """``value`` if it can be one level of a topic; a ValueError naming ``kind`` otherwise."""
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{kind} {value!r} cannot be used in a topic: use 1 to 64 letters, digits, '_', "
+            "'.' or '-'"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Topic names under ``root``."""
+
+    root: str = DEFAULT_TOPIC_ROOT
+
+    def coordinator_status(self) -> str:
+        return f"{self.root}/coordinator/status"
+
+    def agent_status(self, agent_id: str) -> str:
+        return self._agent(agent_id, "status")
+
+    def tasks(self, agent_id: str) -> str:
+        return self._agent(agent_id, "tasks")
+
+    def results(self, agent_id: str) -> str:
+        return self._agent(agent_id, "results")
+
+    def assignment(self, agent_id: str) -> str:
+        return self._agent(agent_id, "assignment")
+
+    def diagnoses(self, agent_id: str) -> str:
+        return self._agent(agent_id, "diagnoses")
+
+    def cluster_model(self, cluster_id: str) -> str:
+        return f"{self.root}/clusters/{check_name('cluster id', cluster_id)}/model"
+
+    # -- subscription filters ------------------------------------------------------------
+
+    def all_agent_status(self) -> str:
+        return f"{self.root}/agents/+/status"
+
+    def all_results(self) -> str:
+        return f"{self.root}/agents/+/results"
+
+    def all_diagnoses(self) -> str:
+        return f"{self.root}/agents/+/diagnoses"
+
+    def agent_of(self, topic: str) -> str | None:
+        """The agent id of a ``{root}/agents/{agent}/...`` topic, None for any other topic."""
+        prefix = f"{self.root}/agents/"
+        if not topic.startswith(prefix):
+            return None
+        agent = topic[len(prefix) :].split("/", 1)[0]
+        return agent if _NAME.fullmatch(agent) else None
+
+    def _agent(self, agent_id: str, leaf: str) -> str:
+        return f"{self.root}/agents/{check_name('agent id', agent_id)}/{leaf}"
