@@ -1,0 +1,199 @@
+"""The coordinator's Prometheus metrics, all defined here and nowhere else.
+
+One :class:`CoordinatorMetrics` per coordinator process, built on a registry the caller
+passes (tests pass a fresh one) and served by :func:`faultfleet.metrics_http.serve_metrics`.
+Names follow ``faultfleet_<noun>_<unit>[_total]`` in base units. Every labelled series
+exists from the first scrape: one ``faultfleet_updates_rejected_total`` series per
+:class:`~faultfleet.wire.codec.RejectReason`, so a rate over a reason that never happened
+reads 0 rather than "no data". Cluster series are the exception: the set of clusters
+changes while the coordinator runs, and :meth:`CoordinatorMetrics.set_clusters` replaces
+the whole set so that clusters which no longer exist stop being reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from faultfleet.wire.codec import RejectReason
+from faultfleet.wire.topics import check_name
+
+logger = logging.getLogger(__name__)
+
+ROUND_DURATION_BUCKETS_S = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""Round durations from a fast lab fleet (under a second) to slow gateways (half an hour)."""
+
+
+class CoordinatorMetrics:
+    """Every metric the coordinator reports.
+
+    Parameters
+    ----------
+    registry : CollectorRegistry, optional
+        Where the metrics are registered; a fresh registry when None (not the
+        prometheus_client default one, so two instances never collide).
+
+    Attributes
+    ----------
+    registry : CollectorRegistry
+        The registry to serve.
+    updates_received, payload_received_bytes, payload_sent_bytes, models_published : Counter
+        Incremented directly by the service (``.inc()``, ``.inc(n_bytes)``).
+    broker_connected : Gauge
+        1 while connected to the broker, 0 otherwise; see :meth:`set_connected`.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self.rounds = Counter(
+            "faultfleet_rounds_total", "Federated rounds completed.", registry=reg
+        )
+        self.round = Gauge("faultfleet_round", "Number of the last completed round.", registry=reg)
+        self.round_duration_seconds = Histogram(
+            "faultfleet_round_duration_seconds",
+            "Wall time of one round, from sending its tasks to aggregating its results.",
+            buckets=ROUND_DURATION_BUCKETS_S,
+            registry=reg,
+        )
+        self.updates_received = Counter(
+            "faultfleet_updates_received_total",
+            "Fit updates accepted from agents.",
+            registry=reg,
+        )
+        self.updates_rejected = Counter(
+            "faultfleet_updates_rejected_total",
+            "Results from agents refused, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.payload_received_bytes = Counter(
+            "faultfleet_payload_received_bytes_total",
+            "Bytes of MQTT payload received from agents.",
+            registry=reg,
+        )
+        self.payload_sent_bytes = Counter(
+            "faultfleet_payload_sent_bytes_total",
+            "Bytes of MQTT payload published (tasks, models, assignments).",
+            registry=reg,
+        )
+        self.agents_online = Gauge(
+            "faultfleet_agents_online", "Agents whose last status is online.", registry=reg
+        )
+        self.agents_registered = Gauge(
+            "faultfleet_agents_registered", "Agents the coordinator has heard of.", registry=reg
+        )
+        self.clusters = Gauge(
+            "faultfleet_clusters", "Clusters (models) the strategy holds.", registry=reg
+        )
+        self.cluster_size_agents = Gauge(
+            "faultfleet_cluster_size_agents",
+            "Agents assigned to each cluster.",
+            ["cluster"],
+            registry=reg,
+        )
+        self.cluster_accuracy_ratio = Gauge(
+            "faultfleet_cluster_accuracy_ratio",
+            "Mean test accuracy (0 to 1) of each cluster's agents at the last evaluation.",
+            ["cluster"],
+            registry=reg,
+        )
+        self.models_published = Counter(
+            "faultfleet_models_published_total",
+            "Cluster models published as ONNX to the broker.",
+            registry=reg,
+        )
+        self.broker_connected = Gauge(
+            "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
+        )
+        for reason in RejectReason:
+            self.updates_rejected.labels(reason=reason.value)
+        self._size_clusters: set[str] = set()
+        self._accuracy_clusters: set[str] = set()
+
+    def observe_round(self, duration_s: float, server_round: int) -> None:
+        """Count a completed round and record how long it took.
+
+        Parameters
+        ----------
+        duration_s : float
+            Wall time of the round, seconds (not negative).
+        server_round : int
+            The round's number (1 for the first).
+        """
+        if not (math.isfinite(duration_s) and duration_s >= 0):
+            raise ValueError(f"round duration {duration_s!r} s must be a finite number >= 0")
+        self.rounds.inc()
+        self.round.set(server_round)
+        self.round_duration_seconds.observe(duration_s)
+
+    def reject(self, reason: RejectReason, n: int = 1) -> None:
+        """Count ``n`` refused results under ``reason``.
+
+        A string that is not a :class:`RejectReason` value raises ValueError instead of
+        creating a new series.
+        """
+        if n < 0:
+            raise ValueError(f"cannot count {n} rejected updates; n must be >= 0")
+        self.updates_rejected.labels(reason=RejectReason(reason).value).inc(n)
+
+    def set_agents(self, online: int, registered: int) -> None:
+        """Set how many agents are online and how many the coordinator knows."""
+        if online < 0 or registered < 0:
+            raise ValueError(
+                f"agent counts must be >= 0 (got online={online}, registered={registered})"
+            )
+        self.agents_online.set(online)
+        self.agents_registered.set(registered)
+
+    def set_clusters(self, sizes: Mapping[str, int]) -> None:
+        """Replace the cluster set: its size and the number of agents in each cluster.
+
+        Parameters
+        ----------
+        sizes : Mapping[str, int]
+            Agents per cluster id, for every cluster that exists now; clusters reported
+            before and missing here are removed from ``faultfleet_cluster_size_agents``.
+        """
+        for cluster, size in sizes.items():
+            check_name("cluster id", cluster)
+            if size < 0:
+                raise ValueError(f"cluster {cluster!r} has size {size}; sizes must be >= 0")
+        self._size_clusters = _replace(self.cluster_size_agents, self._size_clusters, sizes)
+        self.clusters.set(len(sizes))
+
+    def set_cluster_accuracy(self, accuracy: Mapping[str, float]) -> None:
+        """Replace the per-cluster accuracies (ratios from 0 to 1, not percentages).
+
+        Clusters reported before and missing here are removed from
+        ``faultfleet_cluster_accuracy_ratio``.
+        """
+        for cluster, value in accuracy.items():
+            check_name("cluster id", cluster)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(
+                    f"accuracy {value!r} of cluster {cluster!r} must be a ratio from 0 to 1"
+                )
+        self._accuracy_clusters = _replace(
+            self.cluster_accuracy_ratio, self._accuracy_clusters, accuracy
+        )
+
+    def set_connected(self, connected: bool) -> None:
+        """Record whether the coordinator is connected to the broker."""
+        self.broker_connected.set(1 if connected else 0)
+
+
+def _replace(gauge: Gauge, current: set[str], values: Mapping[str, float]) -> set[str]:
+    """Set ``gauge{cluster}`` to ``values`` and remove series of clusters not in it.
+
+    Stale series are removed one by one rather than clearing the gauge first, so a scrape
+    in between never sees an empty set.
+    """
+    for cluster in current - values.keys():
+        gauge.remove(cluster)
+    for cluster, value in values.items():
+        gauge.labels(cluster=cluster).set(value)
+    return set(values)

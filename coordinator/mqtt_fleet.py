@@ -1,0 +1,423 @@
+"""A :class:`~coordinator.fleet.Fleet` whose clients are edge agents reached over MQTT.
+
+Per round :class:`MqttFleet` publishes one task frame per sampled agent, then collects the
+answers until every task is answered or the round deadline passes. Answers are validated
+(:mod:`faultfleet.wire.codec`) in the network thread: a malformed, oversized, wrong-shape
+or non-finite update is rejected and counted by reason, a second answer for the same task
+is ignored (QoS 1 may deliver twice), and an answer after its round closed is counted late.
+Every accepted update goes to the :class:`~coordinator.journal.RoundJournal` before it
+counts, so a restarted coordinator loses none.
+
+An agent that goes offline mid-round (its last will) fails its task at once; one that just
+never answers fails at the deadline. A round with fewer updates than the quorum raises
+:class:`QuorumError`; the service retries it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.journal import RoundJournal
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.presence import AgentRegistry
+from faultfleet.tasks import (
+    EvaluateOutcome,
+    EvaluateResult,
+    EvaluateTask,
+    Failure,
+    FitOutcome,
+    FitResult,
+    FitTask,
+)
+from faultfleet.types import FloatArray
+from faultfleet.wire.codec import (
+    RejectReason,
+    WireError,
+    decode_tensors,
+    encode_frame,
+    encode_tensors,
+    parse_envelope,
+    split_frame,
+)
+from faultfleet.wire.messages import (
+    ANSWER_ADAPTER,
+    EvaluateTaskMessage,
+    EvaluationMessage,
+    FitTaskMessage,
+    FitUpdateMessage,
+    ModelSpec,
+    TaskFailedMessage,
+    TensorEncoding,
+    TrainSpec,
+)
+from faultfleet.wire.mqtt import MqttConnection
+from faultfleet.wire.topics import Topics
+
+logger = logging.getLogger(__name__)
+
+_CLOSED_MEMORY = 4096
+"""How many answered or expired task ids are remembered to tell late from unknown answers."""
+
+
+class QuorumError(RuntimeError):
+    """Fewer updates than the quorum arrived before the round deadline."""
+
+
+class RoundAbortedError(RuntimeError):
+    """:meth:`MqttFleet.abort` was called while a round waited for answers."""
+
+
+@dataclass
+class _Pending:
+    task_id: str
+    agent_id: str
+    server_round: int
+    models: Mapping[str, FloatArray]
+    kind: str
+    result: FitResult | EvaluateResult | None = None
+    failure: Failure | None = None
+    bytes_up: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.failure is not None
+
+
+@dataclass
+class _Collection:
+    pending: dict[str, _Pending] = field(default_factory=dict)
+
+    def finished(self) -> bool:
+        return all(p.done for p in self.pending.values())
+
+
+def task_id(
+    run_id: str, server_round: int, agent_id: str, kind: str, body: bytes, seed: int
+) -> str:
+    """Deterministic id of a task: the same round, agent, weights and seed give the same id."""
+    digest = hashlib.sha256()
+    for part in (run_id, str(server_round), agent_id, kind, str(seed)):
+        digest.update(part.encode("utf-8") + b"\0")
+    digest.update(body)
+    return digest.hexdigest()[:24]
+
+
+class MqttFleet:
+    """Edge agents as a fleet.
+
+    Parameters
+    ----------
+    connection : MqttConnection
+        Connected (or connecting) to the broker; the fleet adds its routes.
+    topics : Topics
+    registry : AgentRegistry
+        Presence of the agents (fed by the service from status messages).
+    clients : sequence of str
+        The federation's clients: the agents registered when the run started.
+    run_id : str
+    model : ModelSpec
+        Architecture of the weights; ``n_params`` is its flat length.
+    encoding : TensorEncoding
+        Tensor encoding of tasks and of the answers asked for.
+    deadline_s : float
+        How long a round waits for answers, seconds.
+    min_quorum : int
+    journal : RoundJournal
+    metrics : CoordinatorMetrics
+    clock : callable
+        Unix time in seconds (injected for tests).
+    """
+
+    def __init__(
+        self,
+        connection: MqttConnection,
+        topics: Topics,
+        registry: AgentRegistry,
+        clients: Sequence[str],
+        *,
+        run_id: str,
+        model: ModelSpec,
+        n_params: int,
+        encoding: TensorEncoding,
+        deadline_s: float,
+        min_quorum: int,
+        journal: RoundJournal,
+        metrics: CoordinatorMetrics,
+        max_payload_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.connection = connection
+        self.topics = topics
+        self.registry = registry
+        self._clients = list(clients)
+        self.run_id = run_id
+        self.model = model
+        self.n_params = n_params
+        self.encoding = encoding
+        self.deadline_s = deadline_s
+        self.min_quorum = min_quorum
+        self.journal = journal
+        self.metrics = metrics
+        self.max_payload_bytes = max_payload_bytes
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)
+        self._collection = _Collection()
+        self._closed: deque[str] = deque(maxlen=_CLOSED_MEMORY)
+        self._closed_set: set[str] = set()
+        self._round_available: list[str] | None = None
+        self._aborted = False
+        connection.route(topics.all_results(), self.on_answer)
+
+    # -- Fleet protocol ------------------------------------------------------------------
+
+    def client_ids(self) -> list[str]:
+        return list(self._clients)
+
+    def available(self) -> list[str]:
+        if self._round_available is not None:
+            return list(self._round_available)
+        return self.online_clients()
+
+    def online_clients(self) -> list[str]:
+        """Clients of the federation that are online now."""
+        members = set(self._clients)
+        return [a for a in self.registry.online_trainers() if a in members]
+
+    def begin_round(self, server_round: int, *, replay: bool) -> None:
+        """Fix the available agents for ``server_round`` (replayed after a restart)."""
+        replayed = self.journal.replay_available(server_round) if replay else None
+        available = replayed if replayed is not None else self.online_clients()
+        if replayed is not None:
+            logger.info("round %d: resuming the interrupted round", server_round)
+        self.journal.begin(server_round, available)
+        self._round_available = available
+
+    def end_round(self) -> None:
+        """The round's checkpoint is written: forget its journal."""
+        self.journal.clear()
+        self._round_available = None
+
+    def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
+        frames = []
+        for task in tasks:
+            body = encode_tensors(task.models, self.encoding)
+            tid = task_id(self.run_id, server_round, task.client_id, "fit", body, task.seed)
+            header = FitTaskMessage(
+                task_id=tid,
+                run_id=self.run_id,
+                server_round=server_round,
+                agent_id=task.client_id,
+                model=self.model,
+                model_keys=tuple(task.models),
+                encoding=self.encoding,
+                deadline=self.clock() + self.deadline_s,
+                train=TrainSpec.of(task.config),
+                seed=task.seed,
+            )
+            frames.append(
+                (_Pending(tid, task.client_id, server_round, task.models, "fit"), header, body)
+            )
+        collection, bytes_down = self._dispatch(frames, replay=self.journal.accepted())
+        results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
+        failures = tuple(p.failure for p in collection if p.failure is not None)
+        bytes_up = sum(p.bytes_up for p in collection)
+        quorum = min(self.min_quorum, len(tasks))
+        if len(results) < quorum:
+            raise QuorumError(
+                f"round {server_round}: {len(results)} of {len(tasks)} updates arrived within "
+                f"{self.deadline_s:g} s, the quorum is {quorum}"
+            )
+        return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
+
+    def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
+        frames = []
+        for task in tasks:
+            body = encode_tensors(task.models, self.encoding)
+            tid = task_id(self.run_id, server_round, task.client_id, f"eval-{task.split}", body, 0)
+            header = EvaluateTaskMessage(
+                task_id=tid,
+                run_id=self.run_id,
+                server_round=server_round,
+                agent_id=task.client_id,
+                model=self.model,
+                model_keys=tuple(task.models),
+                encoding=self.encoding,
+                deadline=self.clock() + self.deadline_s,
+                split=task.split,
+            )
+            frames.append(
+                (_Pending(tid, task.client_id, server_round, task.models, "evaluate"), header, body)
+            )
+        collection, _ = self._dispatch(frames, replay={})
+        results = tuple(p.result for p in collection if isinstance(p.result, EvaluateResult))
+        failures = tuple(p.failure for p in collection if p.failure is not None)
+        return EvaluateOutcome(results, failures)
+
+    # -- collecting answers ----------------------------------------------------------------
+
+    def _dispatch(
+        self,
+        frames: Sequence[tuple[_Pending, FitTaskMessage | EvaluateTaskMessage, bytes]],
+        replay: Mapping[str, bytes],
+    ) -> tuple[list[_Pending], int]:
+        deadline = time.monotonic() + self.deadline_s
+        with self._lock:
+            self._collection = _Collection({p.task_id: p for p, _, _ in frames})
+        bytes_down = 0
+        for pending, header, body in frames:
+            saved = replay.get(pending.task_id)
+            if saved is not None:
+                self.on_answer(self.topics.results(pending.agent_id), saved, journal=False)
+                if pending.done:
+                    continue
+            payload = encode_frame(header, body)
+            try:
+                bytes_down += self.connection.publish(self.topics.tasks(pending.agent_id), payload)
+            except (ValueError, RuntimeError) as error:
+                self._fail(pending.task_id, f"task could not be sent: {error}")
+        self.metrics.payload_sent_bytes.inc(bytes_down)
+        with self._answered:
+            self._answered.wait_for(
+                lambda: self._aborted or self._collection.finished(),
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+            if self._aborted:
+                self._collection = _Collection()
+                raise RoundAbortedError("the coordinator is stopping; the round was abandoned")
+            collection = list(self._collection.pending.values())
+            for pending in collection:
+                if not pending.done:
+                    pending.failure = Failure(
+                        pending.agent_id, f"no answer within the {self.deadline_s:g} s deadline"
+                    )
+                self._remember_closed(pending.task_id)
+            self._collection = _Collection()
+        return collection, bytes_down
+
+    def abort(self) -> None:
+        """Stop waiting: the round in progress (and any later one) raises RoundAbortedError.
+
+        Accepted updates stay in the journal, so a restarted coordinator replays the round.
+        """
+        with self._answered:
+            self._aborted = True
+            self._answered.notify_all()
+
+    def agent_offline(self, agent_id: str) -> None:
+        """Fail the open tasks of an agent that went offline, so the round need not wait."""
+        with self._answered:
+            for pending in self._collection.pending.values():
+                if pending.agent_id == agent_id and not pending.done:
+                    pending.failure = Failure(agent_id, "the agent went offline during the round")
+            self._answered.notify_all()
+
+    def _fail(self, tid: str, reason: str) -> None:
+        with self._answered:
+            pending = self._collection.pending.get(tid)
+            if pending is not None and not pending.done:
+                pending.failure = Failure(pending.agent_id, reason)
+            self._answered.notify_all()
+
+    def _remember_closed(self, tid: str) -> None:
+        if len(self._closed) == self._closed.maxlen:
+            self._closed_set.discard(self._closed[0])
+        self._closed.append(tid)
+        self._closed_set.add(tid)
+
+    def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
+        """Handle one message on ``agents/+/results`` (called in the network thread).
+
+        ``journal=False`` replays an update already in the journal (after a restart): it is
+        neither written again nor counted as traffic.
+        """
+        if journal:
+            self.metrics.payload_received_bytes.inc(len(payload))
+        try:
+            self._accept(topic, payload, journal=journal)
+        except WireError as error:
+            self.metrics.reject(error.reason)
+            log = (
+                logger.info
+                if error.reason in (RejectReason.LATE, RejectReason.DUPLICATE)
+                else logger.warning
+            )
+            log("rejected message on %s (%s): %s", topic, error.reason, error)
+
+    def _accept(self, topic: str, payload: bytes, *, journal: bool) -> None:
+        header, body = split_frame(payload, max_bytes=self.max_payload_bytes)
+        answer = parse_envelope(ANSWER_ADAPTER, header)
+        if self.topics.agent_of(topic) != answer.agent_id:
+            raise WireError(
+                RejectReason.UNKNOWN_TASK,
+                f"answer of agent {answer.agent_id!r} arrived on another agent's topic {topic}",
+            )
+        pending = self._open_task(answer.task_id, answer.agent_id, answer.run_id)
+        if isinstance(answer, TaskFailedMessage):
+            self._fail(pending.task_id, f"agent reported: {answer.reason}")
+            return
+        result: FitResult | EvaluateResult
+        if isinstance(answer, FitUpdateMessage):
+            result = self._fit_result(pending, answer, body)
+        else:
+            result = self._evaluate_result(pending, answer)
+        if journal and isinstance(result, FitResult):
+            self.journal.record(answer.agent_id, answer.task_id, payload)
+        with self._answered:
+            if pending.done:
+                raise WireError(RejectReason.DUPLICATE, f"task {answer.task_id} already answered")
+            pending.result = result
+            pending.bytes_up = len(payload)
+            self._answered.notify_all()
+        if isinstance(result, FitResult):
+            self.metrics.updates_received.inc()
+
+    def _open_task(self, tid: str, agent_id: str, run_id: str) -> _Pending:
+        with self._lock:
+            pending = self._collection.pending.get(tid)
+            if pending is not None and pending.agent_id == agent_id:
+                if pending.done:
+                    raise WireError(RejectReason.DUPLICATE, f"task {tid} already answered")
+                return pending
+            if tid in self._closed_set:
+                raise WireError(
+                    RejectReason.LATE, f"task {tid} of {agent_id} closed before it arrived"
+                )
+        reason = "another run" if run_id != self.run_id else "no open task"
+        raise WireError(RejectReason.UNKNOWN_TASK, f"task {tid} of {agent_id} belongs to {reason}")
+
+    def _fit_result(self, pending: _Pending, answer: FitUpdateMessage, body: bytes) -> FitResult:
+        if answer.model_key not in pending.models or pending.kind != "fit":
+            raise WireError(
+                RejectReason.UNKNOWN_TASK,
+                f"update for model {answer.model_key!r}, the task offered {sorted(pending.models)}",
+            )
+        weights = decode_tensors(
+            body, answer.encoding, {"weights": self.n_params}, max_bytes=self.max_payload_bytes
+        )["weights"]
+        return FitResult(
+            client_id=answer.agent_id,
+            model_key=answer.model_key,
+            weights=weights,
+            delta=weights - pending.models[answer.model_key],
+            num_samples=answer.num_samples,
+            train_loss=answer.train_loss,
+        )
+
+    @staticmethod
+    def _evaluate_result(pending: _Pending, answer: EvaluationMessage) -> EvaluateResult:
+        if answer.model_key not in pending.models or pending.kind != "evaluate":
+            raise WireError(
+                RejectReason.UNKNOWN_TASK,
+                f"evaluation of model {answer.model_key!r}, the task offered "
+                f"{sorted(pending.models)}",
+            )
+        return EvaluateResult(
+            answer.agent_id, answer.model_key, answer.accuracy, answer.loss, answer.num_samples
+        )

@@ -1,0 +1,93 @@
+"""Which agents exist and which are online, from their retained status messages.
+
+Agents publish a retained ``online`` status when they connect and the broker publishes
+their retained ``offline`` last will when they drop, so a coordinator that (re)connects
+learns the whole fleet at once from the retained messages.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from faultfleet.wire.messages import AgentStatus
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """The last status an agent reported."""
+
+    agent_id: str
+    online: bool
+    can_train: bool
+    num_train_samples: int
+    device: str
+
+
+class AgentRegistry:
+    """Thread-safe view of the agents' presence.
+
+    Parameters
+    ----------
+    known : iterable of agent ids
+        Agents registered before a restart; they count as registered (but offline) until
+        their retained status arrives.
+    on_offline : callable, optional
+        ``on_offline(agent_id)`` when an online agent goes offline (its last will fired).
+    """
+
+    def __init__(
+        self, known: Iterable[str] = (), on_offline: Callable[[str], None] | None = None
+    ) -> None:
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._agents = {
+            agent: AgentInfo(agent, online=False, can_train=True, num_train_samples=0, device="")
+            for agent in known
+        }
+        self._on_offline = on_offline
+
+    def update(self, status: AgentStatus) -> None:
+        """Record ``status``; wakes anyone waiting in :meth:`wait_for`."""
+        online = status.state == "online"
+        with self._changed:
+            previous = self._agents.get(status.agent_id)
+            can_train = status.can_train if online else (previous.can_train if previous else False)
+            self._agents[status.agent_id] = AgentInfo(
+                status.agent_id,
+                online=online,
+                can_train=can_train,
+                num_train_samples=status.num_train_samples
+                if online
+                else (previous.num_train_samples if previous else 0),
+                device=status.device if online else (previous.device if previous else ""),
+            )
+            self._changed.notify_all()
+        if not online and previous is not None and previous.online and self._on_offline:
+            self._on_offline(status.agent_id)
+
+    def trainers(self) -> list[str]:
+        """Agents that can train (hold labelled data), online or not, sorted."""
+        with self._lock:
+            return sorted(a for a, info in self._agents.items() if info.can_train)
+
+    def online(self) -> list[str]:
+        """Online agents, sorted."""
+        with self._lock:
+            return sorted(a for a, info in self._agents.items() if info.online)
+
+    def online_trainers(self) -> list[str]:
+        """Online agents that can train, sorted."""
+        with self._lock:
+            return sorted(a for a, info in self._agents.items() if info.online and info.can_train)
+
+    def all(self) -> list[str]:
+        """Every agent ever seen, sorted."""
+        with self._lock:
+            return sorted(self._agents)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds (re-checked on every status change)."""
+        with self._changed:
+            return self._changed.wait_for(predicate, timeout=timeout_s)

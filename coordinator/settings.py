@@ -1,0 +1,110 @@
+"""Settings of ``faultfleet coordinator``: a TOML file plus ``FAULTFLEET_COORDINATOR_*`` overrides.
+
+See ``deploy/config/coordinator.toml`` for a commented example. Nested keys are overridden
+with a double underscore: ``FAULTFLEET_COORDINATOR_RUN__ROUNDS=20``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from coordinator.strategies.registry import STRATEGIES
+from faultfleet.models.zoo import MODEL_NAMES
+from faultfleet.tasks import TrainConfig
+from faultfleet.wire.messages import TensorEncoding
+from faultfleet.wire.settings import BrokerSettings, FileSettings, MetricsSettings
+from signal_pipeline.conditions import label_names
+
+MIXED_FAULT_CLASSES = label_names(tuple(range(12)))
+
+Positive = Annotated[int, Field(ge=1)]
+
+
+class RunSettings(BaseModel):
+    """The federated run: strategy, model, rounds, participation and deadlines."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    strategy: str = "flacc"
+    strategy_options: dict[str, Any] = Field(default_factory=dict)
+    model: str = "compact"
+    sample_shape: tuple[Positive, ...] = (1, 1024)
+    class_names: tuple[str, ...] = MIXED_FAULT_CLASSES
+    rounds: Positive = 100
+    fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
+    seed: int = 0
+    min_agents: Positive = 2
+    """Agents that must be online (and able to train) before the first round."""
+    round_deadline_s: Annotated[float, Field(gt=0)] = 120.0
+    min_quorum: Positive = 1
+    """Updates a round needs; with fewer by the deadline the round is tried again."""
+    retry_wait_s: Annotated[float, Field(ge=0)] = 10.0
+    """Pause before trying a round again that missed its quorum."""
+    eval_every: Positive = 10
+    publish_every: Positive = 10
+    """Export and publish the cluster models every this many rounds (and after the last)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        if value not in STRATEGIES:
+            raise ValueError(f"unknown strategy {value!r}; choose one of {', '.join(STRATEGIES)}")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in MODEL_NAMES:
+            raise ValueError(f"unknown model {value!r}; choose one of {', '.join(MODEL_NAMES)}")
+        return value
+
+    @field_validator("class_names")
+    @classmethod
+    def _enough_classes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) < 2:
+            raise ValueError("class_names must name at least 2 classes")
+        return value
+
+
+class TrainSettings(BaseModel):
+    """Local training sent with every fit task (FLACC §VI defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    optimizer: Literal["sgd", "adam"] = "adam"
+    learning_rate: Annotated[float, Field(gt=0)] = 5e-4
+    epochs: Positive = 5
+    batch_size: Positive = 32
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+
+    def config(self) -> TrainConfig:
+        return TrainConfig(**self.model_dump())
+
+
+class CoordinatorSettings(FileSettings):
+    """Everything ``faultfleet coordinator`` reads at start."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid", frozen=True, env_nested_delimiter="__", env_prefix="FAULTFLEET_COORDINATOR_"
+    )
+
+    state_dir: Path = Path("/var/lib/faultfleet/coordinator")
+    broker: BrokerSettings = BrokerSettings()
+    metrics: MetricsSettings = MetricsSettings(port=9400)
+    run: RunSettings = RunSettings()
+    train: TrainSettings = TrainSettings()
+    wire: TensorEncoding = TensorEncoding()
+
+    @model_validator(mode="after")
+    def _quorum_reachable(self) -> CoordinatorSettings:
+        if self.run.min_quorum > self.run.min_agents:
+            raise ValueError(
+                f"run.min_quorum ({self.run.min_quorum}) cannot exceed run.min_agents "
+                f"({self.run.min_agents}): no round could ever reach it"
+            )
+        return self
