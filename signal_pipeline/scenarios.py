@@ -9,6 +9,11 @@ paper's 85/15 data, so methods that do not use it see exactly the paper's amount
 
 Every window of a machine comes from one continuous recording per label, cut in time into
 ``train | val | test`` segments before windowing, so no test window overlaps a training one.
+
+One edge agent needs only its own machine: :func:`mixed_fault_client` builds machine
+``index`` alone, bit-identical to ``mixed_fault(...).clients[index]``, and
+:func:`mixed_fault_machine` gives its :class:`MachinePlan` (profile and labels) for a live
+stream. All three replay one planning function, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -124,6 +129,111 @@ def simulate_client(
     return ClientData(client_id, group, *_datasets(merged, labels))
 
 
+@dataclass(frozen=True)
+class MachinePlan:
+    """One machine of the mixed-fault federation, as planned before any signal is simulated.
+
+    What a live stream of that machine needs: its physics and the labels it holds.
+
+    Parameters
+    ----------
+    client_id : str
+        ``"m00"``, ``"m01"``, ... in federation order.
+    group : int
+        Ground-truth group (index into the ``groups`` argument).
+    labels : tuple of int
+        The group's labels, in group order.
+    machine : MachineProfile
+        The machine's physical properties (the same object its federation data came from).
+    settings : VibrationSettings
+        Window length, sampling rate, SNR and severity of its simulated windows.
+    label_counts : mapping of label to int
+        Train+test windows per label in the federation.
+    """
+
+    client_id: str
+    group: int
+    labels: tuple[int, ...]
+    machine: MachineProfile
+    settings: VibrationSettings
+    label_counts: Mapping[int, int]
+
+
+@dataclass(frozen=True)
+class _ClientPlan:
+    """The planned draws of one client: everything but its machine and signals."""
+
+    index: int
+    group: int
+    labels: tuple[int, ...]
+    label_counts: dict[int, int]
+    seed: np.random.SeedSequence
+
+    @property
+    def client_id(self) -> str:
+        return f"m{self.index:02d}"
+
+
+def _plan_mixed_fault(
+    seed: int,
+    clients_per_group: int,
+    windows_per_client: tuple[int, int],
+    groups: Sequence[Sequence[int]],
+) -> list[_ClientPlan]:
+    """Every client's group, label counts and seed, in federation order (cheap: no signals).
+
+    The one place the plan random stream is drawn, so :func:`mixed_fault` and the
+    single-machine builders replay exactly the same draws.
+    """
+    low, high = windows_per_client
+    if not 2 <= low <= high:
+        raise ValueError(f"windows_per_client must be 2 <= low <= high, got {windows_per_client}")
+    if clients_per_group < 1:
+        raise ValueError(f"clients_per_group must be >= 1, got {clients_per_group}")
+    total = clients_per_group * len(groups)
+    root = np.random.SeedSequence(seed)
+    plan_rng = np.random.default_rng(root.spawn(1)[0])
+    client_seeds = root.spawn(total)
+    plans: list[_ClientPlan] = []
+    for group, group_labels in enumerate(groups):
+        labels = tuple(int(label) for label in group_labels)
+        for _ in range(clients_per_group):
+            index = len(plans)
+            count = int(plan_rng.integers(low, high + 1))
+            split = plan_rng.multinomial(
+                count - 2 * len(labels), np.full(len(labels), 1 / len(labels))
+            )
+            label_counts = {label: int(n) + 2 for label, n in zip(labels, split, strict=True)}
+            plans.append(_ClientPlan(index, group, labels, label_counts, client_seeds[index]))
+    return plans
+
+
+def _select(plans: Sequence[_ClientPlan], index: int) -> _ClientPlan:
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise TypeError(f"index must be an int machine index, got {index!r}")
+    if not 0 <= index < len(plans):
+        raise IndexError(
+            f"machine index {index} is out of range: this mixed-fault federation has "
+            f"{len(plans)} machines (0 to {len(plans) - 1}); pick an index in that range or "
+            "raise clients_per_group"
+        )
+    return plans[int(index)]
+
+
+def _machine(
+    plan: _ClientPlan, settings: VibrationSettings
+) -> tuple[MachineProfile, np.random.Generator]:
+    """The client's machine and the generator, positioned where its signals are drawn."""
+    rng = np.random.default_rng(plan.seed)
+    machine = MachineProfile.sample(rng, settings.machine_spread, rpm=settings.rpm)
+    return machine, rng
+
+
+def _build_client(plan: _ClientPlan, settings: VibrationSettings) -> ClientData:
+    machine, rng = _machine(plan, settings)
+    return simulate_client(plan.client_id, plan.group, machine, plan.label_counts, settings, rng)
+
+
 def mixed_fault(
     seed: int = 0,
     *,
@@ -147,33 +257,18 @@ def mixed_fault(
     settings : VibrationSettings
     progress : callable, optional
         ``progress(done, total)`` after each client.
+
+    See Also
+    --------
+    mixed_fault_client : one machine of this federation, without simulating the others.
     """
     settings = settings or VibrationSettings()
-    low, high = windows_per_client
-    if not 2 <= low <= high:
-        raise ValueError(f"windows_per_client must be 2 <= low <= high, got {windows_per_client}")
-    if clients_per_group < 1:
-        raise ValueError(f"clients_per_group must be >= 1, got {clients_per_group}")
-    total = clients_per_group * len(groups)
-    root = np.random.SeedSequence(seed)
-    plan_rng = np.random.default_rng(root.spawn(1)[0])
-    client_seeds = root.spawn(total)
+    plans = _plan_mixed_fault(seed, clients_per_group, windows_per_client, groups)
     clients: list[ClientData] = []
-    for group, labels in enumerate(groups):
-        for _ in range(clients_per_group):
-            index = len(clients)
-            count = int(plan_rng.integers(low, high + 1))
-            split = plan_rng.multinomial(
-                count - 2 * len(labels), np.full(len(labels), 1 / len(labels))
-            )
-            label_counts = {label: int(n) + 2 for label, n in zip(labels, split, strict=True)}
-            rng = np.random.default_rng(client_seeds[index])
-            machine = MachineProfile.sample(rng, settings.machine_spread, rpm=settings.rpm)
-            clients.append(
-                simulate_client(f"m{index:02d}", group, machine, label_counts, settings, rng)
-            )
-            if progress is not None:
-                progress(index + 1, total)
+    for plan in plans:
+        clients.append(_build_client(plan, settings))
+        if progress is not None:
+            progress(plan.index + 1, len(plans))
     return Federation(
         name="mixed-fault",
         clients=tuple(clients),
@@ -181,6 +276,58 @@ def mixed_fault(
         class_names=label_names(tuple(range(12))),
         metadata={"seed": seed, "groups": [list(g) for g in groups], **asdict(settings)},
     )
+
+
+def mixed_fault_machine(
+    seed: int,
+    index: int,
+    *,
+    clients_per_group: int = 8,
+    windows_per_client: tuple[int, int] = (200, 600),
+    groups: Sequence[Sequence[int]] = MIXED_FAULT_GROUPS,
+    settings: VibrationSettings | None = None,
+) -> MachinePlan:
+    """Machine ``index`` of ``mixed_fault(seed, ...)``: its profile and labels, no signals.
+
+    Takes the same arguments as :func:`mixed_fault`; the profile equals the one that
+    machine's federation windows were simulated from.
+
+    Raises
+    ------
+    IndexError
+        If ``index`` is not in ``[0, clients_per_group * len(groups))``.
+    """
+    settings = settings or VibrationSettings()
+    plans = _plan_mixed_fault(seed, clients_per_group, windows_per_client, groups)
+    plan = _select(plans, index)
+    machine, _ = _machine(plan, settings)
+    return MachinePlan(
+        plan.client_id, plan.group, plan.labels, machine, settings, dict(plan.label_counts)
+    )
+
+
+def mixed_fault_client(
+    seed: int,
+    index: int,
+    *,
+    clients_per_group: int = 8,
+    windows_per_client: tuple[int, int] = (200, 600),
+    groups: Sequence[Sequence[int]] = MIXED_FAULT_GROUPS,
+    settings: VibrationSettings | None = None,
+) -> ClientData:
+    """``mixed_fault(seed, ...).clients[index]``, bit for bit, simulating only that machine.
+
+    What one edge agent trains on: the plan draws of the earlier machines are replayed
+    (cheap), their signals are never simulated.
+
+    Raises
+    ------
+    IndexError
+        If ``index`` is not in ``[0, clients_per_group * len(groups))``.
+    """
+    settings = settings or VibrationSettings()
+    plans = _plan_mixed_fault(seed, clients_per_group, windows_per_client, groups)
+    return _build_client(_select(plans, index), settings)
 
 
 def manifest_federation(

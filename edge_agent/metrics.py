@@ -1,0 +1,165 @@
+"""An edge agent's Prometheus metrics, all defined here and nowhere else.
+
+One :class:`AgentMetrics` per agent process, built on a registry the caller passes (tests
+pass a fresh one) and served by :func:`faultfleet.metrics_http.serve_metrics`. Names follow
+``faultfleet_<noun>_<unit>[_total]`` in base units; the per-class diagnosis counter has one
+series per class name from the start, never one per window or per machine.
+
+Several agents may share one :class:`AgentMetrics` in one process (a lab host running many
+simulated agents). Counters and histograms then add up over those agents, and the gauges
+``faultfleet_model_version`` and ``faultfleet_broker_connected`` hold whatever the agent
+that set them last reported. To see each agent on its own, run one process per agent, each
+with its own ``metrics.port``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+logger = logging.getLogger(__name__)
+
+INFERENCE_LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+"""0.1 ms (one window of the compact model on a desktop CPU) to 1 s (a batch on a slow ARM)."""
+
+LOCAL_TRAINING_BUCKETS_S = (
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+)  # fmt: skip
+"""0.1 s to 30 min: a few epochs of the compact model up to the paper model on a gateway CPU."""
+
+NO_MODEL_VERSION = -1
+"""``faultfleet_model_version`` before the agent has loaded any model."""
+
+
+class AgentMetrics:
+    """Every metric an edge agent reports.
+
+    Parameters
+    ----------
+    registry : CollectorRegistry, optional
+        Where the metrics are registered; a fresh registry when None.
+    class_names : Sequence[str]
+        Names of the model's classes, in class-id order; one
+        ``faultfleet_diagnoses_total{class_name=...}`` series is created for each. Empty
+        until the agent knows them; see :meth:`set_class_names`.
+
+    Attributes
+    ----------
+    registry : CollectorRegistry
+        The registry to serve.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, class_names: Sequence[str] = ()
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self.windows_processed = Counter(
+            "faultfleet_windows_processed_total", "Signal windows diagnosed.", registry=reg
+        )
+        self.inference_latency_seconds = Histogram(
+            "faultfleet_inference_latency_seconds",
+            "Wall time of one ONNX Runtime call (one batch of windows).",
+            buckets=INFERENCE_LATENCY_BUCKETS_S,
+            registry=reg,
+        )
+        self.model_version = Gauge(
+            "faultfleet_model_version",
+            "Version of the diagnosis model in use; -1 before any model is loaded.",
+            registry=reg,
+        )
+        self.local_training_seconds = Histogram(
+            "faultfleet_local_training_seconds",
+            "Wall time of one local training task.",
+            buckets=LOCAL_TRAINING_BUCKETS_S,
+            registry=reg,
+        )
+        self.diagnoses = Counter(
+            "faultfleet_diagnoses_total",
+            "Windows diagnosed, by the class the model predicted.",
+            ["class_name"],
+            registry=reg,
+        )
+        self.models_rejected = Counter(
+            "faultfleet_models_rejected_total",
+            "Model payloads refused because their digest or ONNX content did not check out.",
+            registry=reg,
+        )
+        self.broker_connected = Gauge(
+            "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
+        )
+        self.model_version.set(NO_MODEL_VERSION)
+        self._class_names: tuple[str, ...] = ()
+        self.set_class_names(class_names)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Class names in class-id order, as :meth:`observe_diagnoses` maps them."""
+        return self._class_names
+
+    def set_class_names(self, class_names: Sequence[str]) -> None:
+        """Map class ids to ``class_names`` from now on and create their series.
+
+        Series of names used before stay, with their counts: a counter never goes back.
+        """
+        names = tuple(class_names)
+        if len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"class names {list(names)} must be non-empty and distinct")
+        for name in names:
+            self.diagnoses.labels(class_name=name)
+        self._class_names = names
+
+    def observe_diagnoses(self, class_ids: Sequence[int], latency_s: float) -> None:
+        """Record one ONNX Runtime call that diagnosed ``len(class_ids)`` windows.
+
+        Parameters
+        ----------
+        class_ids : Sequence[int]
+            Predicted class id of each window in the batch; each counts one window and one
+            diagnosis of its class. An empty batch records nothing.
+        latency_s : float
+            Wall time of the whole call, seconds; observed once, whatever the batch size
+            (``faultfleet_inference_latency_seconds`` is the latency of one call).
+        """
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise ValueError(f"inference latency {latency_s!r} s must be a finite number >= 0")
+        if len(class_ids) == 0:
+            return
+        n_classes = len(self._class_names)
+        names = []
+        for class_id in class_ids:
+            if not 0 <= class_id < n_classes:
+                raise ValueError(
+                    f"class id {class_id} is outside the {n_classes} known classes; "
+                    "pass the model's class names to AgentMetrics or set_class_names first"
+                )
+            names.append(self._class_names[class_id])
+        for name in names:
+            self.diagnoses.labels(class_name=name).inc()
+        self.windows_processed.inc(len(names))
+        self.inference_latency_seconds.observe(latency_s)
+
+    def set_model_version(self, version: int) -> None:
+        """Record the version of the model now in use (0 or more)."""
+        if version < 0:
+            raise ValueError(f"model version {version} must be >= 0")
+        self.model_version.set(version)
+
+    def observe_training(self, seconds: float) -> None:
+        """Record the wall time of one local training task, seconds."""
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"training time {seconds!r} s must be a finite number >= 0")
+        self.local_training_seconds.observe(seconds)
+
+    def model_rejected(self) -> None:
+        """Count one model payload that failed its digest check or did not load."""
+        self.models_rejected.inc()
+
+    def set_connected(self, connected: bool) -> None:
+        """Record whether the agent is connected to the broker."""
+        self.broker_connected.set(1 if connected else 0)

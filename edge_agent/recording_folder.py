@@ -1,0 +1,322 @@
+"""A plant engineer's folder of recordings as an edge agent's window source.
+
+One folder per agent, holding one machine::
+
+    <path>/
+        manifest.csv | manifest.toml   optional; labelled recordings for local training
+        <recordings the manifest lists, anywhere below <path>/>
+        incoming/                      new recordings to diagnose (created if missing)
+            2024-05-01T0800.npz
+            ...
+        .faultfleet-processed          kept by the agent: incoming files already streamed
+
+* **Training.** The manifest uses the format of :mod:`signal_pipeline.readers.manifest`
+  (``path, machine_id, label`` and optional ``fs_hz, rpm, channel, time_column``; paths
+  relative to the folder). Every entry must name the same ``machine_id``. Each recording is
+  cut in time into train | validation | test segments (0.7/0.15/0.15 by default) before
+  windowing, as :func:`signal_pipeline.scenarios.manifest_federation` does; classes are
+  ``label 0`` … ``label <max label>``. Without a manifest the agent only diagnoses.
+* **Diagnosis.** Drop recordings into ``incoming/`` in any format the readers support
+  (``.npz``, ``.wav``, ``.csv``, ``.npy``, ``.mat``; files whose name starts with ``.`` are
+  ignored). Each is read, windowed and streamed once, oldest first (by modification time,
+  then name). A file is taken only once its size and modification time stayed the same
+  over one poll, so a file still being copied is never read half-way; copying to a hidden
+  name and renaming it into place is the safest way to drop a file. A window's true label
+  is the label stored in the recording (``.npz``), else unknown. A file that cannot be
+  read is logged with its name and skipped; later files still stream.
+* **Bookkeeping.** ``.faultfleet-processed`` holds one JSON line per finished file
+  (name, size, modification time, ``done`` or ``failed``), so a restarted agent does not
+  diagnose a file again; the same name with new contents is diagnosed again. The file is
+  appended to while streaming and, at stream start, compacted to the files still present.
+  A file interrupted by a stop before its last window is streamed again after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from edge_agent.source_types import Pacer, Window, check_interval
+from faultfleet.files import atomic_write
+from signal_pipeline.federation import ClientData
+from signal_pipeline.readers import load_manifest, read_recording
+from signal_pipeline.recording import RecordingError
+from signal_pipeline.scenarios import manifest_federation
+from signal_pipeline.splitting import SplitFractions
+from signal_pipeline.windowing import window_recording
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAMES = ("manifest.csv", "manifest.toml")
+INCOMING_FOLDER = "incoming"
+PROCESSED_FILE = ".faultfleet-processed"
+
+FileKey = tuple[str, int, int]
+"""An incoming file as remembered: (name, size in bytes, modification time in ns)."""
+
+
+class ProcessedLedger:
+    """The append-only list of incoming files already streamed (one JSON line each)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[FileKey, str] = {}
+        self._needs_newline = False
+        if path.exists():
+            raw = path.read_bytes()
+            self._needs_newline = bool(raw) and not raw.endswith(b"\n")
+            for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+                if line.strip():
+                    self._load_line(number, line)
+
+    def _load_line(self, number: int, line: str) -> None:
+        try:
+            entry = json.loads(line)
+            key = (entry["name"], entry["size_bytes"], entry["mtime_ns"])
+            status = str(entry.get("status", "done"))
+        except (ValueError, TypeError, KeyError) as exc:
+            logger.warning("%s: skipping unreadable line %d (%s)", self.path, number, exc)
+            return
+        if not (isinstance(key[0], str) and isinstance(key[1], int) and isinstance(key[2], int)):
+            logger.warning("%s: skipping line %d with bad field types", self.path, number)
+            return
+        self.entries[key] = status
+
+    def __contains__(self, key: FileKey) -> bool:
+        return key in self.entries
+
+    def add(self, key: FileKey, status: str) -> None:
+        """Remember ``key`` as ``status`` ("done" or "failed"), durably."""
+        line = _ledger_line(key, status)
+        with self.path.open("a", encoding="utf-8") as handle:
+            if self._needs_newline:
+                handle.write("\n")  # end a line torn by a power cut, keep ours whole
+                self._needs_newline = False
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.entries[key] = status
+
+    def retain(self, present: set[FileKey]) -> None:
+        """Forget files no longer present; rewrites the file atomically when it shrinks."""
+        kept = {key: status for key, status in self.entries.items() if key in present}
+        if len(kept) == len(self.entries) and not self._needs_newline:
+            return
+
+        def write(handle: IO[bytes]) -> None:
+            for key, status in sorted(kept.items()):
+                handle.write(_ledger_line(key, status).encode("utf-8"))
+
+        atomic_write(self.path, write)
+        self.entries, self._needs_newline = kept, False
+
+
+def _ledger_line(key: FileKey, status: str) -> str:
+    name, size, mtime_ns = key
+    entry = {"name": name, "size_bytes": size, "mtime_ns": mtime_ns, "status": status}
+    return json.dumps(entry) + "\n"
+
+
+def _file_key(path: Path) -> FileKey | None:
+    """(name, size, mtime) of ``path``, or None when it is gone."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return (path.name, stat.st_size, stat.st_mtime_ns)
+
+
+def _scan(folder: Path) -> dict[str, FileKey]:
+    """Regular, non-hidden files of ``folder`` by name, with their size and mtime."""
+    found: dict[str, FileKey] = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if not entry.is_file():
+                    continue
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue  # removed between listing and stat
+            found[entry.name] = (entry.name, stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+class RecordingFolderSource:
+    """A folder of recordings: a manifest for training, ``incoming/`` to diagnose.
+
+    See the module docstring for the layout. :attr:`Window.timestamp` is the wall-clock
+    time the window was handed out; :attr:`Window.origin` is ``"<file> @ sample <start>"``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The folder; it must exist.
+    window_length : int
+        Samples per window.
+    stride : int, optional
+        Samples between window starts (the window length by default).
+    interval_s : float
+        Seconds between streamed windows; 0 streams as fast as the consumer takes them.
+    poll_s : float
+        Seconds between looks into ``incoming/``; a new file streams after 1–2 polls.
+    fractions : SplitFractions, optional
+        Train/validation/test fractions of each training recording (0.7/0.15/0.15).
+    fs_hz, channel, time_column : optional
+        How to read incoming files that do not describe themselves, as the manifest fields
+        of the same names (``time_column`` applies to ``.csv`` files only).
+    class_names : sequence of str, optional
+        Label names; by default those of the manifest (``label 0`` …), else none.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        window_length: int = 1024,
+        stride: int | None = None,
+        interval_s: float = 0.0,
+        poll_s: float = 2.0,
+        fractions: SplitFractions | None = None,
+        fs_hz: float | None = None,
+        channel: str | int | None = None,
+        time_column: str | int | None = None,
+        class_names: Sequence[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise FileNotFoundError(
+                f"recording folder {self.path} does not exist or is not a folder; create it "
+                f"with an {INCOMING_FOLDER}/ subfolder (and a manifest for local training)"
+            )
+        for name, value in (("window_length", window_length), ("stride", stride)):
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise ValueError(f"{name} must be a whole number of samples >= 1, got {value!r}")
+        if fs_hz is not None and (not math.isfinite(fs_hz) or fs_hz <= 0):
+            raise ValueError(f"fs_hz must be a positive number of Hz or None, got {fs_hz!r}")
+        manifests = [self.path / name for name in MANIFEST_NAMES if (self.path / name).is_file()]
+        if len(manifests) > 1:
+            raise ValueError(
+                f"{self.path} holds both {' and '.join(MANIFEST_NAMES)}; keep only one manifest"
+            )
+        self.manifest: Path | None = manifests[0] if manifests else None
+        self.window_length = int(window_length)
+        self.stride = int(stride) if stride is not None else self.window_length
+        self.interval_s = check_interval("interval_s", interval_s)
+        self.poll_s = check_interval("poll_s", poll_s, positive=True)
+        self.fractions = fractions
+        self.fs_hz = fs_hz
+        self.channel = channel
+        self.time_column = time_column
+        self.incoming = self.path / INCOMING_FOLDER
+        self.ledger_path = self.path / PROCESSED_FILE
+        self._class_names = None if class_names is None else tuple(class_names)
+        self._training: tuple[ClientData, tuple[str, ...]] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """``(1, window_length)``."""
+        return (1, self.window_length)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """As given, else the manifest's (reads the training data), else empty."""
+        if self._class_names is not None:
+            return self._class_names
+        return () if self.manifest is None else self._load_training()[1]
+
+    def training_data(self) -> ClientData | None:
+        """The manifest's recordings windowed and split in time; None without a manifest.
+
+        Raises
+        ------
+        RecordingError
+            If the manifest or a recording cannot be read, a recording is too short, or
+            the manifest lists more than one machine.
+        """
+        return None if self.manifest is None else self._load_training()[0]
+
+    def _load_training(self) -> tuple[ClientData, tuple[str, ...]]:
+        assert self.manifest is not None, "only called when the folder has a manifest"
+        with self._lock:
+            if self._training is None:
+                machines = sorted({entry.machine_id for entry in load_manifest(self.manifest)})
+                if len(machines) > 1:
+                    raise RecordingError(
+                        self.manifest,
+                        f"lists recordings of {len(machines)} machines ({', '.join(machines)}); "
+                        "an agent's folder must hold one machine: give each machine its own "
+                        "folder and manifest",
+                    )
+                federation = manifest_federation(
+                    str(self.manifest),
+                    window_length=self.window_length,
+                    stride=self.stride,
+                    fractions=self.fractions,
+                    split_by="time",
+                )
+                self._training = (federation.clients[0], federation.class_names)
+            return self._training
+
+    def stream(self, stop: threading.Event) -> Iterator[Window]:
+        """Windows of each new recording in ``incoming/``, once each, until ``stop`` is set."""
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        ledger = ProcessedLedger(self.ledger_path)
+        ledger.retain(set(_scan(self.incoming).values()))
+        pacer = Pacer(self.interval_s, stop)
+        previous: dict[str, FileKey] = {}
+        while not stop.is_set():
+            current = _scan(self.incoming)
+            stable = [
+                key
+                for name, key in current.items()
+                if previous.get(name) == key and key not in ledger
+            ]
+            previous = current
+            for key in sorted(stable, key=lambda k: (k[2], k[0])):
+                yield from self._stream_file(key, ledger, pacer)
+                if stop.is_set():
+                    return
+            if stop.wait(self.poll_s):
+                return
+
+    def _stream_file(self, key: FileKey, ledger: ProcessedLedger, pacer: Pacer) -> Iterator[Window]:
+        name = key[0]
+        path = self.incoming / name
+        try:
+            recording = read_recording(
+                path,
+                fs_hz=self.fs_hz,
+                channel=self.channel,
+                time_column=self.time_column if path.suffix.lower() == ".csv" else None,
+            )
+            windows = window_recording(recording, self.window_length, self.stride)
+        except RecordingError as exc:
+            logger.warning("skipping incoming recording %s: %s", name, exc)
+            ledger.add(key, "failed")
+            return
+        if _file_key(path) != key:
+            logger.info("incoming recording %s changed while being read; retrying later", name)
+            return
+        logger.info("diagnosing incoming recording %s: %d windows", name, len(windows))
+        last = len(windows) - 1
+        for number, samples in enumerate(windows):
+            if not pacer.wait():
+                return
+            if number == last:
+                ledger.add(key, "done")  # handed over whole: never stream it again
+            yield Window(
+                samples=samples.reshape(self.sample_shape).copy(),
+                timestamp=time.time(),
+                true_label=recording.label,
+                origin=f"{name} @ sample {number * self.stride}",
+            )

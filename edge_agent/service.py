@@ -1,0 +1,299 @@
+"""The edge-agent service: trains when asked, diagnoses every live window with ONNX Runtime.
+
+:class:`AgentService` runs three activities around one MQTT connection:
+
+* the network thread (paho) routes task frames to a queue, the retained cluster assignment
+  to :meth:`_on_assignment` and the assigned cluster's retained model to :meth:`_on_model`,
+  which verifies its SHA-256 and hot-swaps it (:class:`~edge_agent.inference.OnnxDiagnoser`);
+* a worker thread answers tasks one at a time (:class:`~edge_agent.task_runner.TaskRunner`);
+* a diagnosis thread takes windows from the source, runs the active ONNX model on each and
+  publishes and logs the diagnosis. Windows that arrive before the first model wait in a
+  bounded backlog; a model swap never drops a window.
+
+The agent announces itself with a retained ``online`` status and leaves a retained
+``offline`` last will; the connection reconnects with backoff on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from pydantic import TypeAdapter
+
+from edge_agent.diagnosis_log import DiagnosisLog
+from edge_agent.inference import ModelIntegrityError, ModelStore, OnnxDiagnoser
+from edge_agent.metrics import AgentMetrics
+from edge_agent.settings import AgentSettings
+from edge_agent.sources import Window, WindowSource
+from edge_agent.task_runner import TaskRunner
+from edge_agent.training import select_device
+from faultfleet import __version__
+from faultfleet.wire.codec import WireError, parse_envelope, split_frame
+from faultfleet.wire.messages import AgentStatus, ClusterAssignment, Diagnosis, ModelAnnouncement
+from faultfleet.wire.mqtt import MqttConnection, Will
+from faultfleet.wire.topics import Topics
+
+logger = logging.getLogger(__name__)
+
+_ASSIGNMENT = TypeAdapter(ClusterAssignment)
+_ANNOUNCEMENT = TypeAdapter(ModelAnnouncement)
+
+
+class AgentService:
+    """One edge agent.
+
+    Parameters
+    ----------
+    settings : AgentSettings
+    source : WindowSource
+        Training data and live windows of the machine.
+    metrics : AgentMetrics, optional
+        Shared by the agents of one process; a fresh registry by default.
+    compute_lock : threading.Lock, optional
+        Shared by agents of one host so they train one at a time.
+    clock : callable
+        Unix time, seconds.
+    """
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        source: WindowSource,
+        *,
+        metrics: AgentMetrics | None = None,
+        compute_lock: threading.Lock | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.agent_id = settings.agent_id
+        self.source = source
+        self.metrics = metrics or AgentMetrics(class_names=source.class_names)
+        self.clock = clock
+        self.topics = Topics(settings.broker.topic_root)
+        self.device = select_device(settings.device)
+        self.data = source.training_data()
+        self.runner = TaskRunner(
+            self.agent_id,
+            self.data,
+            self.device,
+            max_payload_bytes=settings.broker.max_payload_bytes,
+            compute_lock=compute_lock,
+            clock=clock,
+        )
+        self.diagnoser = OnnxDiagnoser(source.sample_shape)
+        self.store = ModelStore(settings.state_dir / "model")
+        self.log = DiagnosisLog(
+            settings.state_dir / "diagnoses.jsonl",
+            max_bytes=settings.diagnosis.log_max_bytes,
+            backups=settings.diagnosis.log_backups,
+        )
+        self.class_names: tuple[str, ...] = source.class_names
+        self.assignment: ClusterAssignment | None = None
+        self.tasks: queue.Queue[bytes] = queue.Queue()
+        self.windows_diagnosed = 0
+        self.tasks_answered = 0
+        self._model_routes: set[str] = set()
+        self._lock = threading.Lock()
+        offline = AgentStatus(agent_id=self.agent_id, state="offline").model_dump_json()
+        self.connection = MqttConnection(
+            client_id=f"faultfleet-agent-{self.agent_id}",
+            settings=settings.broker,
+            will=Will(self.topics.agent_status(self.agent_id), offline.encode()),
+            on_connection_change=self._connection_changed,
+        )
+        self.connection.route(self.topics.tasks(self.agent_id), self._on_task)
+        self.connection.route(self.topics.assignment(self.agent_id), self._on_assignment)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set, then leave a clean ``offline`` status."""
+        self._restore_model()
+        self.connection.start()
+        threads = [
+            threading.Thread(target=self._work, args=(stop,), name=f"{self.agent_id}-tasks"),
+            threading.Thread(
+                target=self._diagnose, args=(stop,), name=f"{self.agent_id}-diagnosis"
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            stop.wait()
+        finally:
+            for thread in threads:
+                thread.join(timeout=30)
+            self.connection.stop(
+                final=[(self.topics.agent_status(self.agent_id), self._status("offline"), True)]
+            )
+            self.log.close()
+
+    def _restore_model(self) -> None:
+        try:
+            saved = self.store.load()
+        except ModelIntegrityError as error:
+            logger.warning("%s: ignoring the saved model: %s", self.agent_id, error)
+            return
+        if saved is not None:
+            onnx_bytes, model = saved
+            self.diagnoser.load(
+                onnx_bytes, sha256=model.sha256, version=model.version, cluster_id=model.cluster_id
+            )
+            self.metrics.set_model_version(model.version)
+            logger.info("%s: diagnosing with saved model version %d", self.agent_id, model.version)
+
+    def _status(self, state: str) -> bytes:
+        active = self.diagnoser.active
+        status = AgentStatus(
+            agent_id=self.agent_id,
+            state="online" if state == "online" else "offline",
+            timestamp=self.clock(),
+            can_train=self.data is not None and len(self.data.train) > 0,
+            num_train_samples=len(self.data.train) if self.data is not None else 0,
+            device=str(self.device),
+            model_version=active.version if active else None,
+            software_version=__version__,
+        )
+        return status.model_dump_json().encode()
+
+    def _connection_changed(self, connected: bool) -> None:
+        self.metrics.set_connected(connected)
+        if connected:
+            self.connection.publish(
+                self.topics.agent_status(self.agent_id), self._status("online"), retain=True
+            )
+
+    # -- network-thread handlers -------------------------------------------------------------
+
+    def _on_task(self, topic: str, payload: bytes) -> None:
+        self.tasks.put(payload)
+
+    def _on_assignment(self, topic: str, payload: bytes) -> None:
+        if not payload:
+            return
+        assignment = parse_envelope(_ASSIGNMENT, payload)
+        if assignment.agent_id != self.agent_id:
+            logger.warning(
+                "%s: ignoring an assignment for %s on %s", self.agent_id, assignment.agent_id, topic
+            )
+            return
+        with self._lock:
+            self.assignment = assignment
+            model_topic = self.topics.cluster_model(assignment.cluster_id)
+            new_route = model_topic not in self._model_routes
+            self._model_routes.add(model_topic)
+        logger.info(
+            "%s: assigned to cluster %s (model version %d)",
+            self.agent_id,
+            assignment.cluster_id,
+            assignment.model_version,
+        )
+        if new_route:
+            self.connection.route(model_topic, self._on_model)
+
+    def _on_model(self, topic: str, payload: bytes) -> None:
+        if not payload:
+            return
+        header_data, body = split_frame(payload, max_bytes=self.settings.broker.max_payload_bytes)
+        header = parse_envelope(_ANNOUNCEMENT, header_data)
+        with self._lock:
+            assignment = self.assignment
+        active = self.diagnoser.active
+        if assignment is None or header.cluster_id != assignment.cluster_id:
+            return
+        if header.version < assignment.model_version or (
+            active is not None and active.sha256 == header.sha256
+        ):
+            return
+        try:
+            loaded = self.diagnoser.load(
+                body, sha256=header.sha256, version=header.version, cluster_id=header.cluster_id
+            )
+        except ModelIntegrityError as error:
+            self.metrics.model_rejected()
+            logger.error("%s: rejected model on %s: %s", self.agent_id, topic, error)
+            return
+        self.class_names = header.class_names
+        self.store.save(body, loaded)
+        self.metrics.set_model_version(loaded.version)
+        self.connection.publish(
+            self.topics.agent_status(self.agent_id), self._status("online"), retain=True
+        )
+        logger.info(
+            "%s: now diagnosing with cluster %s model version %d",
+            self.agent_id,
+            loaded.cluster_id,
+            loaded.version,
+        )
+
+    # -- worker threads ----------------------------------------------------------------------
+
+    def _work(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                payload = self.tasks.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                task, body = self.runner.parse(payload)
+            except WireError as error:
+                logger.warning("%s: ignoring unreadable task: %s", self.agent_id, error)
+                continue
+            try:
+                answer = self.runner.run(task, body)
+            except Exception:
+                logger.exception("%s: task %s failed", self.agent_id, task.task_id)
+                continue
+            if answer.kind == "fit_update":
+                self.metrics.observe_training(answer.train_seconds)
+            try:
+                self.connection.publish(self.topics.results(self.agent_id), answer.payload)
+                self.tasks_answered += 1
+            except (ValueError, RuntimeError) as error:
+                logger.error(
+                    "%s: could not send the answer to %s: %s", self.agent_id, task.task_id, error
+                )
+
+    def _diagnose(self, stop: threading.Event) -> None:
+        backlog: deque[Window] = deque(maxlen=self.settings.diagnosis.backlog_windows)
+        try:
+            for window in self.source.stream(stop):
+                backlog.append(window)
+                if self.diagnoser.active is None:
+                    continue
+                while backlog:
+                    self._diagnose_one(backlog.popleft())
+        except Exception:
+            logger.exception("%s: the window source failed; diagnosis stopped", self.agent_id)
+
+    def _diagnose_one(self, window: Window) -> None:
+        started = time.perf_counter()
+        prediction = self.diagnoser.predict(window.samples)
+        latency = time.perf_counter() - started
+        class_id = int(prediction.class_ids[0])
+        names = self.class_names
+        diagnosis = Diagnosis(
+            agent_id=self.agent_id,
+            window_index=self.windows_diagnosed,
+            class_id=class_id,
+            class_name=names[class_id] if class_id < len(names) else f"class {class_id}",
+            probability=float(min(1.0, max(0.0, prediction.probabilities[0, class_id]))),
+            model_version=prediction.model.version,
+            cluster_id=prediction.model.cluster_id,
+            timestamp=window.timestamp,
+            latency_s=latency,
+            true_label=window.true_label,
+            origin=window.origin,
+        )
+        self.windows_diagnosed += 1
+        self.metrics.observe_diagnoses([class_id], latency)
+        self.log.append(diagnosis.model_dump())
+        if self.settings.diagnosis.publish:
+            self.connection.publish(
+                self.topics.diagnoses(self.agent_id), diagnosis.model_dump_json()
+            )

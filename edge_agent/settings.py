@@ -1,0 +1,80 @@
+"""Settings of ``faultfleet agent``: a TOML file plus ``FAULTFLEET_AGENT_*`` overrides.
+
+See ``deploy/config/agent.toml`` for a commented example.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from faultfleet.wire.messages import Name
+from faultfleet.wire.settings import BrokerSettings, FileSettings, MetricsSettings
+
+Positive = Annotated[int, Field(ge=1)]
+
+
+class SourceSettings(BaseModel):
+    """Where the agent's windows come from.
+
+    ``simulated``: a machine of a simulated scenario (demo and labs). ``recordings``: a
+    folder of the plant's recordings (``manifest.csv``/``.toml`` labels training data,
+    ``incoming/`` receives new recordings to diagnose). ``live``: a sensor driver pushes
+    samples into the agent (see ``edge_agent.sources.LiveSensorSource``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["simulated", "recordings", "live"] = "simulated"
+    scenario: Literal["mixed-fault"] = "mixed-fault"
+    seed: int = 0
+    machine_index: Annotated[int, Field(ge=0)] = 0
+    clients_per_group: Positive = 8
+    windows_per_client: tuple[Positive, Positive] = (200, 600)
+    snr_db: float | None = None
+    path: Path | None = None
+    window_length: Annotated[int, Field(ge=16)] = 1024
+    fs_hz: Annotated[float, Field(gt=0)] = 12_000.0
+    """Sampling rate of a live sensor."""
+    poll_s: Annotated[float, Field(gt=0)] = 2.0
+    """How often ``incoming/`` is scanned for new recordings."""
+
+    @model_validator(mode="after")
+    def _path_for_recordings(self) -> SourceSettings:
+        if self.kind == "recordings" and self.path is None:
+            raise ValueError("source.path must name the recordings folder when kind = 'recordings'")
+        return self
+
+
+class DiagnosisSettings(BaseModel):
+    """Live diagnosis: pacing of simulated windows and the local log of diagnoses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval_s: Annotated[float, Field(ge=0)] = 0.1
+    """Time between simulated or replayed windows (a live sensor sets its own pace)."""
+    log_max_bytes: Annotated[int, Field(ge=1024)] = 10_000_000
+    log_backups: Annotated[int, Field(ge=0)] = 3
+    backlog_windows: Positive = 256
+    """Windows kept while no model has arrived yet; the oldest go first beyond this."""
+    publish: bool = True
+    """Publish every diagnosis on ``agents/{id}/diagnoses``."""
+
+
+class AgentSettings(FileSettings):
+    """Everything ``faultfleet agent`` reads at start."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid", frozen=True, env_nested_delimiter="__", env_prefix="FAULTFLEET_AGENT_"
+    )
+
+    agent_id: Name
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    state_dir: Path = Path("/var/lib/faultfleet/agent")
+    broker: BrokerSettings = BrokerSettings()
+    metrics: MetricsSettings = MetricsSettings(port=9401)
+    source: SourceSettings = SourceSettings()
+    diagnosis: DiagnosisSettings = DiagnosisSettings()
