@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from faultfleet import __version__
 from faultfleet.cli_demo import add_demo_command
+from faultfleet.cli_runtime import add_runtime_commands
 from faultfleet.cli_signals import add_signals_commands
 from faultfleet.cli_sim import add_sim_command
 from signal_pipeline.recording import RecordingError
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_signals_commands(commands)
     add_sim_command(commands)
     add_demo_command(commands)
+    add_runtime_commands(commands)
     return parser
 
 

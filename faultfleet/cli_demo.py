@@ -1,28 +1,31 @@
-"""``faultfleet demo``: a small fleet of machines, from vibration signals to clustered models.
+"""``faultfleet demo``: a fleet of machines, from vibration signals to live diagnosis.
 
-It builds a reduced mixed-fault federation (FLACC §VI groups, fewer machines), writes one
-example recording per rotor/bearing condition of one machine, inspects one of them as an
-engineer would, then trains the fleet with FLACC (the ``quick`` profile of
-``faultfleet sim``) and reports the clusters of machines it found and their accuracy.
+It writes one example recording per rotor/bearing condition of one simulated machine and
+inspects one of them as an engineer would; then it runs the product as a plant would — an
+MQTT broker, ``faultfleet coordinator`` and ``faultfleet agent`` processes for the 48
+machines of the mixed-fault federation (:mod:`faultfleet.fleet_demo`) — trains them with
+FLACC, and reports the clusters found, their accuracy and the agents' live diagnoses.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
-from faultfleet.cli_signals import build_mixed_fault, format_inspection
-from faultfleet.cli_sim import run_with_progress
-from faultfleet.simulation.config import PROFILES, profile
+from faultfleet.cli_runtime import stop_on_signals
+from faultfleet.cli_signals import format_inspection
+from faultfleet.demo_report import format_outcome, write_report
+from faultfleet.fleet_demo import DemoPlan, run_fleet_demo
 from signal_pipeline.bearing import SKF_6205
 from signal_pipeline.conditions import Condition
 from signal_pipeline.inspection import inspect_recording
 from signal_pipeline.machine import MachineProfile
 from signal_pipeline.readers import read_recording, write_recording
-from signal_pipeline.scenarios import VibrationSettings
 from signal_pipeline.simulator import simulate
 
 
@@ -30,11 +33,12 @@ def add_demo_command(commands: Any) -> None:
     """Register ``demo``."""
     demo = commands.add_parser(
         "demo",
-        help="simulate a small fleet through the signal pipeline and report what it produced",
+        help="run a simulated fleet end to end: broker, coordinator, agents, live diagnosis",
         description=(
-            "Simulate a small fleet of machines with mixed rotor and bearing faults, window "
-            "their signals into per-machine train/validation/test sets, write example "
-            "recordings and inspect one."
+            "Write and inspect example recordings of a simulated machine, then run a broker, "
+            "the coordinator and one agent per simulated machine over MQTT: FLACC finds the "
+            "groups of machines and every agent diagnoses live windows with its cluster's "
+            "ONNX model."
         ),
     )
     demo.add_argument(
@@ -47,25 +51,33 @@ def add_demo_command(commands: Any) -> None:
     demo.add_argument(
         "--clients-per-group",
         type=int,
-        default=2,
-        help="machines per fault group (default 2; the paper uses 8)",
+        default=DemoPlan.clients_per_group,
+        help="simulated machines per hidden fault group (default %(default)s, as in the paper)",
     )
     demo.add_argument(
         "--rounds",
         type=int,
-        default=PROFILES["quick"].rounds,
-        help="federated rounds of the FLACC run (default %(default)s; 0 skips it)",
+        default=DemoPlan.rounds,
+        help="federated rounds of the FLACC run over MQTT (default %(default)s; 0 skips it)",
+    )
+    demo.add_argument(
+        "--live-seconds",
+        type=float,
+        default=DemoPlan.live_seconds,
+        help="how long diagnoses are counted once every agent has its final model "
+        "(default %(default)s)",
+    )
+    demo.add_argument(
+        "--broker",
+        choices=("auto", "mosquitto", "amqtt"),
+        default="auto",
+        help="MQTT broker to start: mosquitto when installed (auto), else the embedded amqtt",
     )
     demo.set_defaults(handler=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Handler of ``demo``."""
-    federation = build_mixed_fault(args.seed, args.clients_per_group, VibrationSettings())
-    print(federation.summary())
-    total = sum(len(c.train) + len(c.val) + len(c.test) for c in federation.clients)
-    print(f"\n{total} windows of {federation.sample_shape[-1]} samples in all.\n")
-
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     machine = MachineProfile.sample(rng)
@@ -82,7 +94,7 @@ def run_demo(args: argparse.Namespace) -> int:
     report = inspect_recording(read_recording(written[2]), bearing=SKF_6205)
     print(format_inspection(report))
     if args.rounds > 0:
-        run_flacc(args.seed, args.rounds, args.out / "flacc")
+        run_fleet(args)
     print(
         "\nnext: `faultfleet signals inspect FILE` on your own recordings, "
         "`faultfleet signals federation --manifest FILE` to window a folder of them, "
@@ -91,24 +103,33 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_flacc(seed: int, rounds: int, out: Path) -> None:
-    """Train a small fleet with FLACC and report what it found."""
-    config = profile("quick", strategy="flacc", seed=seed, rounds=rounds)
-    print(
-        f"\nFLACC on {config.clients_per_group * 6} simulated machines in 6 hidden groups "
-        f"({rounds} rounds, {config.fraction:.0%} of the machines per round):"
+def run_fleet(args: argparse.Namespace) -> None:
+    """Broker, coordinator and simulated agents over MQTT; report clusters and diagnoses."""
+    plan = DemoPlan(
+        out=args.out / "fleet",
+        seed=args.seed,
+        rounds=args.rounds,
+        clients_per_group=args.clients_per_group,
+        live_seconds=args.live_seconds,
+        broker=args.broker,
     )
-    result = run_with_progress(config, out, label="FLACC", checkpoint=False)
-    final = result.final()
-    found: dict[int, list[str]] = {}
-    for client, cluster in sorted(result.clusters.items()):
-        found.setdefault(cluster, []).append(client)
-    truth = result.true_groups
-    for cluster, members in sorted(found.items()):
-        groups = sorted({truth[c] for c in members})
-        print(f"  cluster {cluster}: {' '.join(members)}  (true groups {groups})")
     print(
-        f"  {final['num_clusters']} clusters, adjusted Rand index {final['ari']:.2f} against "
-        f"the true groups, mean test accuracy {final['accuracy']:.1%}; results in "
-        f"{out / 'results.json'}"
+        f"\nfleet over MQTT: a broker, the coordinator and {plan.machines} simulated agents "
+        f"({plan.groups} hidden groups); FLACC with the compact model, {plan.rounds} rounds; "
+        f"logs in {plan.out / 'logs'}"
     )
+    bar = tqdm(total=plan.rounds, desc="rounds", unit="round", file=sys.stdout)
+
+    def on_round(done: int, total: int) -> None:
+        if done > bar.n:
+            bar.update(done - bar.n)
+
+    with stop_on_signals() as stop:
+        outcome = run_fleet_demo(plan, stop, on_round)
+    bar.close()
+    if outcome is None:
+        print("\ninterrupted: the coordinator, the agents and the broker were stopped")
+        return
+    print(format_outcome(plan, outcome))
+    report = write_report(plan, outcome)
+    print(f"\nreport: {report}")

@@ -161,21 +161,24 @@ def test_federation_summarises_a_manifest(
 
 def test_demo_writes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["demo", "--out", str(tmp_path), "--clients-per-group", "1", "--rounds", "2"]
+    args += ["--live-seconds", "2"]
     assert main(args) == 0
 
     out = capsys.readouterr().out
-    assert "federation mixed-fault: 6 clients" in out
     assert len(list(tmp_path.glob("*.npz"))) == 4
     assert "BPFO" in out
-    assert "FLACC on 18 simulated machines" in out
+    assert "the coordinator and 6 simulated agents" in out
     assert "adjusted Rand index" in out
-    results = json.loads((tmp_path / "flacc" / "results.json").read_text())
-    assert len(results["history"]) == 2
+    assert "diagnoses per second across 6 agents" in out
+    report = json.loads((tmp_path / "fleet" / "report" / "summary.json").read_text())
+    assert report["coordinator"]["server_round"] == 2
+    assert report["coordinator"]["finished"] is True
+    assert report["live"]["diagnoses"] > 0
 
 
 def test_demo_can_skip_the_federated_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["demo", "--out", str(tmp_path), "--clients-per-group", "1", "--rounds", "0"]) == 0
-    assert "FLACC on" not in capsys.readouterr().out
-    assert not (tmp_path / "flacc").exists()
+    assert "fleet over MQTT" not in capsys.readouterr().out
+    assert not (tmp_path / "fleet").exists()

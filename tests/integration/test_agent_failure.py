@@ -1,0 +1,154 @@
+"""An agent that stops answering never holds a round past its deadline.
+
+Two ways an agent fails mid-round:
+
+* it stays connected but never answers: the round closes at its deadline with a
+  :class:`~faultfleet.tasks.Failure` for it and the other agents' updates;
+* its process is killed (SIGKILL) while it trains: the broker publishes its retained
+  ``offline`` last will, and the coordinator fails its task at once instead of waiting for
+  a deadline that may be long.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from coordinator.journal import RoundJournal
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.mqtt_fleet import MqttFleet
+from coordinator.presence import AgentRegistry
+from coordinator.service import CoordinatorService
+from faultfleet.models.weights import flatten_weights
+from faultfleet.models.zoo import build_model
+from faultfleet.tasks import Failure, FitTask, TrainConfig
+from faultfleet.wire.messages import ModelSpec, TensorEncoding
+from faultfleet.wire.mqtt import MqttConnection
+from faultfleet.wire.settings import BrokerSettings
+
+from .services import (
+    CoordinatorThread,
+    broker_table,
+    coordinator_settings,
+    kill,
+    sample_value,
+    start_cli,
+    wait_until,
+    write_toml,
+)
+from .wire_clients import (
+    CONNECT_TIMEOUT_S,
+    TOPICS,
+    FakeAgents,
+    Recorder,
+)
+
+SPEC = ModelSpec(name="compact", sample_shape=(1, 1024), n_classes=12)
+
+
+def test_silent_agent_fails_at_the_deadline_and_the_round_keeps_the_others(
+    broker_settings: BrokerSettings, tmp_path: Path
+) -> None:
+    # Prepare
+    deadline_s = 2.0
+    weights = flatten_weights(build_model(SPEC.name, SPEC.sample_shape, SPEC.n_classes))
+    agents = FakeAgents(
+        broker_settings,
+        ["a0", "mute"],
+        policy=lambda task: None if task.agent_id == "mute" else 0.0,
+    )
+    connection = MqttConnection(client_id="test-coordinator", settings=broker_settings)
+    fleet = MqttFleet(
+        connection,
+        TOPICS,
+        AgentRegistry(),
+        ["a0", "mute"],
+        run_id="run-1",
+        model=SPEC,
+        n_params=weights.size,
+        encoding=TensorEncoding(),
+        deadline_s=deadline_s,
+        min_quorum=1,
+        journal=RoundJournal(tmp_path / "journal"),
+        metrics=CoordinatorMetrics(CollectorRegistry()),
+        max_payload_bytes=broker_settings.max_payload_bytes,
+    )
+    connection.start()
+    assert connection.wait_subscribed(CONNECT_TIMEOUT_S)
+    config = TrainConfig(optimizer="adam", learning_rate=5e-4, epochs=1, batch_size=32)
+    tasks = [FitTask(a, {"global": weights}, config, seed=1) for a in ("a0", "mute")]
+
+    # Execute
+    try:
+        fleet.begin_round(1, replay=False)
+        started = time.monotonic()
+        outcome = fleet.fit(1, tasks)
+        elapsed_s = time.monotonic() - started
+    finally:
+        connection.stop()
+        agents.stop()
+
+    # Assert
+    assert deadline_s <= elapsed_s < deadline_s + 1.5
+    assert [r.client_id for r in outcome.results] == ["a0"]
+    assert outcome.failures == (Failure("mute", "no answer within the 2 s deadline"),)
+    assert np.isfinite(outcome.results[0].weights).all()
+
+
+def test_agent_killed_while_training_fails_at_once_through_its_last_will(
+    broker_settings: BrokerSettings,
+    tmp_path: Path,
+    recorder: Recorder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Prepare: a real agent process with enough data to train for a while, one fake agent
+    caplog.set_level(logging.DEBUG, logger="coordinator.engine")
+    deadline_s = 60.0
+    config = write_toml(
+        tmp_path / "agent.toml",
+        {
+            "agent_id": "victim",
+            "device": "cpu",
+            "state_dir": tmp_path / "victim",
+            "broker": broker_table(broker_settings),
+            "metrics": {"port": 0},
+            "source": {
+                "machine_index": 0,
+                "clients_per_group": 4,
+                "windows_per_client": [300, 400],
+            },
+        },
+    )
+    registry = CollectorRegistry()
+    settings = coordinator_settings(
+        broker_settings, tmp_path / "coordinator", rounds=1, round_deadline_s=deadline_s
+    )
+    victim = start_cli(["agent", "--config", str(config)], tmp_path / "victim.log")
+    agents = FakeAgents(broker_settings, ["a0"])
+    coordinator = CoordinatorThread(CoordinatorService(settings, CoordinatorMetrics(registry)))
+
+    # Execute
+    try:
+        wait_until(lambda: bool(recorder.tasks("victim")), 120, "the victim's task")
+        killed_at = time.monotonic()
+        kill(victim)
+        done_at = wait_until(
+            lambda: sample_value(registry, "faultfleet_rounds_total") == 1, deadline_s, "round 1"
+        )
+        summary = coordinator.result(timeout_s=60)
+    finally:
+        kill(victim)
+        coordinator.close()
+        agents.stop()
+
+    # Assert
+    assert done_at - killed_at < 5.0, f"round 1 ended {done_at - killed_at:.1f} s after the kill"
+    assert "round 1: victim failed: the agent went offline during the round" in caplog.messages
+    assert sample_value(registry, "faultfleet_updates_received_total") == 1
+    assert summary.finished
+    assert not recorder.on(TOPICS.results("victim"))
