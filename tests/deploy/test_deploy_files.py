@@ -1,0 +1,327 @@
+"""deploy/: systemd units, example TOMLs, Prometheus and Grafana files agree with the code.
+
+These keep the deployment files honest when the code moves: the units call real CLI
+subcommands, the example configs use only the design's keys, the ACL names the topics
+``faultfleet.wire.topics`` builds, and every metric the dashboard plots exists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.metrics import CoordinatorMetrics
+from edge_agent.metrics import AgentMetrics
+from faultfleet.cli import build_parser
+from faultfleet.wire.broker import PUBLISH_HEADER_ROOM_BYTES
+from faultfleet.wire.settings import DEFAULT_MAX_PAYLOAD_BYTES
+from faultfleet.wire.topics import Topics
+from tests.faultfleet.scrape import exposed_types, samples
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+UNITS = {
+    "coordinator": DEPLOY / "systemd" / "faultfleet-coordinator.service",
+    "agent": DEPLOY / "systemd" / "faultfleet-agent@.service",
+}
+HARDENING = {
+    "User": "faultfleet",
+    "Group": "faultfleet",
+    "ProtectSystem": "strict",
+    "ProtectHome": "true",
+    "PrivateTmp": "true",
+    "NoNewPrivileges": "true",
+    "ProtectKernelTunables": "true",
+    "ProtectKernelModules": "true",
+    "ProtectControlGroups": "true",
+    "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+    "RestrictNamespaces": "true",
+    "LockPersonality": "true",
+    "CapabilityBoundingSet": "",
+    "SystemCallArchitectures": "native",
+    "Restart": "on-failure",
+    "RestartSec": "5",
+    "KillSignal": "SIGTERM",
+}
+BROKER_KEYS = {
+    "host", "port", "username", "password_file", "tls_ca", "tls_cert", "tls_key",
+    "keepalive_s", "topic_root", "max_payload_bytes",
+}  # fmt: skip
+DESIGN_KEYS: dict[str, dict[str, set[str]]] = {
+    "coordinator": {
+        "": {"state_dir"},
+        "broker": BROKER_KEYS,
+        "metrics": {"host", "port"},
+        "run": {
+            "strategy",
+            "strategy_options",
+            "model",
+            "sample_shape",
+            "class_names",
+            "rounds",
+            "fraction",
+            "seed",
+            "min_agents",
+            "round_deadline_s",
+            "min_quorum",
+            "eval_every",
+            "publish_every",
+            "device",
+        },
+        "train": {"optimizer", "learning_rate", "epochs", "batch_size", "momentum"},
+        "wire": {"dtype", "compression"},
+    },
+    "agent": {
+        "": {"agent_id", "device", "state_dir"},
+        "broker": BROKER_KEYS,
+        "metrics": {"host", "port"},
+        "source": {
+            "kind",
+            "scenario",
+            "seed",
+            "machine_index",
+            "path",
+            "window_length",
+        },
+        "diagnosis": {"interval_s", "log_max_bytes", "log_backups"},
+    },
+}
+
+
+def read_unit(path: Path) -> dict[str, dict[str, list[str]]]:
+    """Sections -> key -> values (a key may repeat), comments and blank lines dropped."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: dict[str, list[str]] = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        key, separator, value = line.partition("=")
+        assert separator, f"{path.name}: {raw!r} is neither a section, a comment nor key=value"
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def service(name: str) -> dict[str, str]:
+    return {key: values[-1] for key, values in read_unit(UNITS[name])["Service"].items()}
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_unit_is_hardened_and_restarts_on_failure(name: str) -> None:
+    # Execute
+    sections = read_unit(UNITS[name])
+    settings = service(name)
+
+    # Assert
+    assert set(sections) == {"Unit", "Service", "Install"}
+    assert {key: settings.get(key) for key in HARDENING} == HARDENING
+    assert "MemoryDenyWriteExecute" not in settings  # breaks PyTorch's JIT and ONNX Runtime
+    assert int(settings["TimeoutStopSec"]) > 0
+    assert sections["Unit"]["After"] == ["network-online.target mosquitto.service"]
+    assert sections["Unit"]["Wants"] == ["network-online.target"]
+    assert sections["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_unit_writes_only_its_state_directory(name: str) -> None:
+    # Execute
+    settings = service(name)
+    state_dir = "/var/lib/" + settings["StateDirectory"]
+
+    # Assert
+    writable = settings["ReadWritePaths"].split()
+    assert writable[0] == state_dir
+    assert settings["WorkingDirectory"] == state_dir
+    # the agent may also write its recordings folder, and only that ("-": if it exists)
+    assert writable[1:] == ([] if name == "coordinator" else ["-/srv/recordings/%i"])
+    assert settings["EnvironmentFile"].startswith("-/etc/faultfleet/")
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("coordinator", "/etc/faultfleet/coordinator.toml"),
+        ("agent", "/etc/faultfleet/agent-m07.toml"),
+    ],
+)
+def test_unit_runs_the_real_cli_subcommand(name: str, config: str) -> None:
+    # Prepare: systemd replaces %i with the instance name, here m07
+    argv = shlex.split(service(name)["ExecStart"].replace("%i", "m07"))
+
+    # Execute
+    args = build_parser().parse_args(argv[1:])
+
+    # Assert
+    assert argv[0] == "/opt/faultfleet/venv/bin/faultfleet"
+    assert args.command == name
+    assert str(args.config) == config
+
+
+def test_units_pass_systemd_analyze_when_it_is_installed(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` is exact but optional: the key checks above always run.
+
+    It refuses a unit whose executable is missing, so the copies run /bin/true instead.
+    """
+    analyze = shutil.which("systemd-analyze")
+    names = []
+    for path in UNITS.values():
+        text = path.read_text(encoding="utf-8")
+        copy_name = path.name.replace("@.", "@m07.")
+        (tmp_path / copy_name).write_text(
+            text.replace("/opt/faultfleet/venv/bin/faultfleet", "/bin/true"), encoding="utf-8"
+        )
+        names.append(copy_name)
+    if analyze is None:
+        return
+    result = subprocess.run(
+        [analyze, "verify", "--man=no", *names],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN_KEYS))
+def test_example_config_uses_only_the_designs_keys(name: str) -> None:
+    # Execute
+    config = tomllib.loads((DEPLOY / "config" / f"{name}.toml").read_text(encoding="utf-8"))
+
+    # Assert
+    sections = {key: value for key, value in config.items() if isinstance(value, dict)}
+    top = set(config) - set(sections)
+    assert top <= DESIGN_KEYS[name][""]
+    assert set(sections) == set(DESIGN_KEYS[name]) - {""}
+    for section, keys in sections.items():
+        assert set(keys) <= DESIGN_KEYS[name][section], section
+
+
+def test_example_agent_config_matches_its_unit_and_acl() -> None:
+    # Execute
+    agent = tomllib.loads((DEPLOY / "config" / "agent.toml").read_text(encoding="utf-8"))
+    coordinator = tomllib.loads((DEPLOY / "config" / "coordinator.toml").read_text("utf-8"))
+
+    # Assert: username = agent id (the ACL's %u), state_dir = the unit's StateDirectory
+    agent_id = agent["agent_id"]
+    assert agent["broker"]["username"] == agent_id
+    assert agent["state_dir"] == "/var/lib/" + service("agent")["StateDirectory"].replace(
+        "%i", agent_id
+    )
+    assert agent["source"]["path"] == f"/srv/recordings/{agent_id}"
+    assert coordinator["state_dir"] == "/var/lib/" + service("coordinator")["StateDirectory"]
+    assert coordinator["broker"]["username"] == "coordinator"
+    assert (coordinator["metrics"]["port"], agent["metrics"]["port"]) == (9400, 9401)
+
+
+def test_acl_names_exactly_the_agent_topics_of_the_topic_tree() -> None:
+    # Prepare: "AGENT" stands in for mosquitto's %u
+    topics = Topics()
+    expected = {
+        ("write", topics.agent_status("AGENT")),
+        ("write", topics.results("AGENT")),
+        ("write", topics.diagnoses("AGENT")),
+        ("read", topics.tasks("AGENT")),
+        ("read", topics.assignment("AGENT")),
+        ("read", topics.coordinator_status()),
+        ("read", f"{topics.root}/clusters/+/model"),
+    }
+    text = (DEPLOY / "mosquitto" / "faultfleet.acl").read_text(encoding="utf-8")
+
+    # Execute
+    patterns = re.findall(r"^pattern (\w+) (\S+)$", text, flags=re.MULTILINE)
+    coordinator = re.search(r"^user coordinator\ntopic readwrite (\S+)$", text, flags=re.MULTILINE)
+
+    # Assert
+    assert {(access, topic.replace("%u", "AGENT")) for access, topic in patterns} == expected
+    assert len(patterns) == len(expected)
+    assert coordinator is not None
+    assert coordinator.group(1) == f"{topics.root}/#"
+
+
+def test_broker_limits_let_the_largest_allowed_payload_through() -> None:
+    # Prepare
+    text = (DEPLOY / "mosquitto" / "faultfleet.conf").read_text(encoding="utf-8")
+
+    # Execute
+    options = dict(re.findall(r"^(\w+) (.+)$", text, flags=re.MULTILINE))
+
+    # Assert
+    assert int(options["message_size_limit"]) == DEFAULT_MAX_PAYLOAD_BYTES
+    assert int(options["max_packet_size"]) >= DEFAULT_MAX_PAYLOAD_BYTES + PUBLISH_HEADER_ROOM_BYTES
+    assert options["allow_anonymous"] == "false"
+    assert options["password_file"] == "/etc/mosquitto/faultfleet.passwd"
+    assert options["acl_file"] == "/etc/mosquitto/faultfleet.acl"
+    assert "listener 1883 127.0.0.1" in text
+
+
+def test_prometheus_scrapes_the_default_metrics_ports() -> None:
+    # Execute
+    text = (DEPLOY / "prometheus" / "prometheus.yml").read_text(encoding="utf-8")
+
+    # Assert
+    assert "\t" not in text
+    assert re.search(
+        r"job_name: faultfleet-coordinator\n(.*\n){1,4}.*targets: \[\"[^\"]+:9400\"\]", text
+    )
+    assert re.search(
+        r"job_name: faultfleet-agents\n(.*\n){1,6}.*targets: \[\"[^\"]+:9401\"\]", text
+    )
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(
+        (DEPLOY / "grafana" / "faultfleet-dashboard.json").read_text(encoding="utf-8")
+    )
+    return loaded
+
+
+def queries(node: Any) -> list[str]:
+    """Every PromQL expression and variable query anywhere in the dashboard."""
+    if isinstance(node, dict):
+        found = [node[k] for k in ("expr", "definition") if isinstance(node.get(k), str)]
+        return found + [q for value in node.values() for q in queries(value)]
+    if isinstance(node, list):
+        return [q for item in node for q in queries(item)]
+    return []
+
+
+def test_dashboard_is_an_importable_grafana_dashboard() -> None:
+    # Execute
+    board = dashboard()
+    panels = [p for p in board["panels"] if p["type"] != "row"]
+
+    # Assert
+    assert board["schemaVersion"] >= 36
+    assert [i["name"] for i in board["__inputs"]] == ["DS_PROMETHEUS"]
+    assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
+    for panel in panels:
+        assert panel["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
+        assert all(t["datasource"]["uid"] == "${DS_PROMETHEUS}" for t in panel["targets"])
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+
+
+def test_dashboard_plots_every_metric_and_only_metrics_that_exist() -> None:
+    # Prepare
+    registries = (CoordinatorMetrics().registry, AgentMetrics(class_names=["a"]).registry)
+    exposed = {name for registry in registries for name, _ in samples(registry)}
+    metrics = {name for registry in registries for name in exposed_types(registry)}
+
+    # Execute
+    used = {token for q in queries(dashboard()) for token in re.findall(r"faultfleet_[a-z_]+", q)}
+
+    # Assert
+    assert used - (exposed | metrics) == set()  # cluster series only exist once set
+    assert {re.sub(r"_(bucket|sum|count)$", "", name) for name in used} == metrics
