@@ -61,7 +61,9 @@ class RoundJournal:
 
     def record(self, agent_id: str, task_id: str, payload: bytes) -> None:
         """Keep the accepted ``payload`` answering ``task_id`` of ``agent_id``."""
-        name = f"{check_name('agent id', agent_id)}.{check_name('task id', task_id)}{_SUFFIX}"
+        check_name("agent id", agent_id)
+        # A task id names one (round, agent) pair, so it alone names the file unambiguously.
+        name = f"{check_name('task id', task_id)}{_SUFFIX}"
         atomic_write(self.directory / name, lambda f: f.write(payload))
 
     def accepted(self) -> dict[str, bytes]:
@@ -70,7 +72,7 @@ class RoundJournal:
         if not self.directory.is_dir():
             return found
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
-            task_id = path.name[: -len(_SUFFIX)].rsplit(".", 1)[-1]
+            task_id = path.name[: -len(_SUFFIX)]
             found[task_id] = path.read_bytes()
         return found
 

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from coordinator.journal import RoundJournal
 from coordinator.metrics import CoordinatorMetrics
@@ -205,25 +206,17 @@ class MqttFleet:
         self._round_available = None
 
     def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
-        frames = []
-        for task in tasks:
-            body = encode_tensors(task.models, self.encoding)
-            tid = task_id(self.run_id, server_round, task.client_id, "fit", body, task.seed)
-            header = FitTaskMessage(
-                task_id=tid,
-                run_id=self.run_id,
-                server_round=server_round,
-                agent_id=task.client_id,
-                model=self.model,
-                model_keys=tuple(task.models),
-                encoding=self.encoding,
-                deadline=self.clock() + self.deadline_s,
-                train=TrainSpec.of(task.config),
+        frames = [
+            self._frame(
+                FitTaskMessage,
+                server_round,
+                task.client_id,
+                task.models,
                 seed=task.seed,
+                train=TrainSpec.of(task.config),
             )
-            frames.append(
-                (_Pending(tid, task.client_id, server_round, task.models, "fit"), header, body)
-            )
+            for task in tasks
+        ]
         collection, bytes_down = self._dispatch(frames, replay=self.journal.accepted())
         results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
@@ -237,28 +230,44 @@ class MqttFleet:
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
-        frames = []
-        for task in tasks:
-            body = encode_tensors(task.models, self.encoding)
-            tid = task_id(self.run_id, server_round, task.client_id, f"eval-{task.split}", body, 0)
-            header = EvaluateTaskMessage(
-                task_id=tid,
-                run_id=self.run_id,
-                server_round=server_round,
-                agent_id=task.client_id,
-                model=self.model,
-                model_keys=tuple(task.models),
-                encoding=self.encoding,
-                deadline=self.clock() + self.deadline_s,
-                split=task.split,
+        frames = [
+            self._frame(
+                EvaluateTaskMessage, server_round, task.client_id, task.models, split=task.split
             )
-            frames.append(
-                (_Pending(tid, task.client_id, server_round, task.models, "evaluate"), header, body)
-            )
+            for task in tasks
+        ]
         collection, _ = self._dispatch(frames, replay={})
         results = tuple(p.result for p in collection if isinstance(p.result, EvaluateResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         return EvaluateOutcome(results, failures)
+
+    def _frame(
+        self,
+        kind: type[FitTaskMessage] | type[EvaluateTaskMessage],
+        server_round: int,
+        agent_id: str,
+        models: Mapping[str, FloatArray],
+        **fields: Any,
+    ) -> tuple[_Pending, FitTaskMessage | EvaluateTaskMessage, bytes]:
+        """One task: its bookkeeping entry, header and tensor body."""
+        body = encode_tensors(models, self.encoding)
+        label = "fit" if kind is FitTaskMessage else f"evaluate-{fields.get('split')}"
+        tid = task_id(self.run_id, server_round, agent_id, label, body, fields.get("seed", 0))
+        header = kind(
+            task_id=tid,
+            run_id=self.run_id,
+            server_round=server_round,
+            agent_id=agent_id,
+            model=self.model,
+            model_keys=tuple(models),
+            encoding=self.encoding,
+            deadline=self.clock() + self.deadline_s,
+            **fields,
+        )
+        pending = _Pending(
+            tid, agent_id, server_round, models, "fit" if kind is FitTaskMessage else "evaluate"
+        )
+        return pending, header, body
 
     # -- collecting answers ----------------------------------------------------------------
 
