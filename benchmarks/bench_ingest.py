@@ -16,11 +16,13 @@ of exactly the same frames from that same publisher:
   ``MqttConnection``, ``RoundJournal`` and ``CoordinatorMetrics`` publishes one fit task per
   fake agent. The publisher answers once it has all N tasks, and the fleet validates each
   answer on paho's network thread: frame split, pydantic envelope, safetensors decode,
-  finiteness check, journal write (atomic, fsynced), delta against the task's weights.
+  finiteness check, delta against the task's weights; then the journal's writer thread
+  writes the accepted updates in batches (one atomic, fsynced segment per batch) and
+  counts them.
 
 Both rates are timed from the publisher's first publish to the receiver's last message:
-the receipt stamp ``mosquitto_sub -F %U`` prints for it, or the end of the handler call that
-accepted our last update. Frames are built before the clock starts, and the task download
+the receipt stamp ``mosquitto_sub -F %U`` prints for it, or the moment our last update was
+journaled and counted. Frames are built before the clock starts, and the task download
 happens before it too. All stamps are Unix time (``time.time``), which ``%U`` also uses,
 so they compare across processes.
 
@@ -32,13 +34,13 @@ its last PUBACK; when it is close to the raw time, the raw rate is bounded by th
 and the broker, not by ``mosquitto_sub``. The broker, the publisher and the receiver share
 the machine's cores, as a coordinator sharing a gateway with its broker would.
 
-Journal variants: ``off`` replaces ``RoundJournal.record`` with a no-op (not a real
+Journal variants: ``off`` replaces ``RoundJournal.record_many`` with a no-op (not a real
 configuration; it shows the journal's share), ``shm`` puts the journal on /dev/shm
 (tmpfs), ``disk`` puts it under ``--disk-dir`` (its file system is printed). Each repeat
 runs the raw receiver and then every variant, after one unmeasured warm-up of each, and
 every round gets a fresh coordinator connection. Prints the medians over ``--repeats``
 of updates/s and MB/s (10^6 bytes of MQTT payload), the ratio to raw, and the per-update
-time that our handler (``on_answer``) and its journal write took on the network thread.
+time of our network-thread handler (``on_answer``) and of the journal writes (writer thread).
 On a shared machine the spread between runs is large: raise ``--repeats``. Numbers only,
 no pass/fail.
 """
@@ -182,10 +184,10 @@ class TimedJournal(RoundJournal):
         self.enabled = enabled
         self.seconds = 0.0
 
-    def record(self, agent_id: str, task_id: str, payload: bytes) -> None:
+    def record_many(self, entries: Sequence[tuple[str, str, bytes]]) -> None:
         started = time.perf_counter()
         if self.enabled:
-            super().record(agent_id, task_id, payload)
+            super().record_many(entries)
         self.seconds += time.perf_counter() - started
 
 
@@ -194,12 +196,16 @@ class TimedFleet(MqttFleet):
 
     handler_seconds = 0.0
     last_answer_at = 0.0
-    """Unix time the last handler call returned."""
+    """Unix time the last update was accepted (journaled and counted)."""
 
     def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
         started = time.perf_counter()
         super().on_answer(topic, payload, journal=journal)
         self.handler_seconds += time.perf_counter() - started
+        self.last_answer_at = max(self.last_answer_at, time.time())
+
+    def _settle(self, writes: Sequence[Any]) -> None:
+        super()._settle(writes)
         self.last_answer_at = time.time()
 
 

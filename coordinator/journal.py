@@ -2,8 +2,9 @@
 
 The engine's checkpoint (``coordinator.state``) is written after every completed round. An
 update accepted in the middle of a round would be lost by a crash before that checkpoint,
-so the MQTT fleet writes every accepted update here (atomically) before counting it, along
-with the list of agents that were available when the round began.
+so the MQTT fleet writes every accepted update here before counting it — in batches, one
+atomically written segment file and one fsync per batch — along with the list of agents
+that were available when the round began.
 
 After a restart the engine resumes from its last checkpoint and replays the interrupted
 round with the same available agents, so it samples the same agents and sends the same
@@ -16,8 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from faultfleet.files import atomic_write
 from faultfleet.wire.topics import check_name
@@ -25,7 +28,9 @@ from faultfleet.wire.topics import check_name
 logger = logging.getLogger(__name__)
 
 _PLAN = "round.json"
-_SUFFIX = ".frame"
+_SUFFIX = ".segment"
+_RECORD = struct.Struct(">HQ")
+"""Record header: task-id length, payload length; then the task id and the payload."""
 
 
 class RoundJournal:
@@ -39,6 +44,7 @@ class RoundJournal:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._sequence = 0
 
     def begin(self, server_round: int, available: Sequence[str]) -> None:
         """Start ``server_round``; keeps accepted updates only if they belong to that round."""
@@ -61,20 +67,60 @@ class RoundJournal:
 
     def record(self, agent_id: str, task_id: str, payload: bytes) -> None:
         """Keep the accepted ``payload`` answering ``task_id`` of ``agent_id``."""
-        check_name("agent id", agent_id)
-        # A task id names one (round, agent) pair, so it alone names the file unambiguously.
-        name = f"{check_name('task id', task_id)}{_SUFFIX}"
-        atomic_write(self.directory / name, lambda f: f.write(payload))
+        self.record_many([(agent_id, task_id, payload)])
+
+    def record_many(self, entries: Sequence[tuple[str, str, bytes]]) -> None:
+        """Keep several accepted (agent id, task id, payload) entries with one disk flush.
+
+        They go to one new segment file, written atomically (temporary file, fsync,
+        rename): after a crash either the whole batch is there or none of it, and the
+        batch costs one fsync instead of one per update (group commit).
+        """
+        if not entries:
+            return
+        for agent_id, task_id, _ in entries:
+            check_name("agent id", agent_id)
+            check_name("task id", task_id)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._sequence = max(self._sequence, self._last_sequence()) + 1
+
+        def write(handle: IO[bytes]) -> None:
+            for _, task_id, payload in entries:
+                name = task_id.encode("ascii")
+                handle.write(_RECORD.pack(len(name), len(payload)))
+                handle.write(name)
+                handle.write(payload)
+
+        atomic_write(self.directory / f"{self._sequence:010d}{_SUFFIX}", write)
 
     def accepted(self) -> dict[str, bytes]:
-        """Accepted payloads of the round in flight by task id."""
+        """Accepted payloads of the round in flight by task id (a later record wins)."""
         found: dict[str, bytes] = {}
         if not self.directory.is_dir():
             return found
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
-            task_id = path.name[: -len(_SUFFIX)]
-            found[task_id] = path.read_bytes()
+            data = path.read_bytes()
+            offset = 0
+            while offset + _RECORD.size <= len(data):
+                name_length, payload_length = _RECORD.unpack_from(data, offset)
+                start = offset + _RECORD.size
+                end = start + name_length + payload_length
+                if end > len(data):
+                    break
+                task_id = data[start : start + name_length].decode("ascii", errors="replace")
+                found[task_id] = data[start + name_length : end]
+                offset = end
+            if offset != len(data):
+                logger.warning("round journal %s ends in a partial record; ignoring it", path)
         return found
+
+    def _last_sequence(self) -> int:
+        numbers = [
+            int(path.name[: -len(_SUFFIX)])
+            for path in self.directory.glob(f"*{_SUFFIX}")
+            if path.name[: -len(_SUFFIX)].isdigit()
+        ]
+        return max(numbers, default=0)
 
     def clear(self) -> None:
         """Forget the round in flight (after its checkpoint is written)."""

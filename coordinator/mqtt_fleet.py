@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -84,10 +85,19 @@ class _Pending:
     result: FitResult | EvaluateResult | None = None
     failure: Failure | None = None
     bytes_up: int = 0
+    journaling: bool = False
+    """Accepted and being written to the journal; it counts once the write is done."""
 
     @property
     def done(self) -> bool:
         return self.result is not None or self.failure is not None
+
+
+@dataclass(frozen=True)
+class _Write:
+    pending: _Pending
+    result: FitResult | EvaluateResult
+    payload: bytes
 
 
 @dataclass
@@ -96,6 +106,9 @@ class _Collection:
 
     def finished(self) -> bool:
         return all(p.done for p in self.pending.values())
+
+    def writing(self) -> bool:
+        return any(p.journaling and not p.done for p in self.pending.values())
 
 
 def task_id(
@@ -174,6 +187,8 @@ class MqttFleet:
         self._closed_set: set[str] = set()
         self._round_available: list[str] | None = None
         self._aborted = False
+        self._writes: queue.Queue[_Write] = queue.Queue()
+        threading.Thread(target=self._write_journal, name="round-journal", daemon=True).start()
         connection.route(topics.all_results(), self.on_answer)
 
     # -- Fleet protocol ------------------------------------------------------------------
@@ -300,6 +315,8 @@ class MqttFleet:
             if self._aborted:
                 self._collection = _Collection()
                 raise RoundAbortedError("the coordinator is stopping; the round was abandoned")
+            # Updates that arrived in time but are still being journaled count for the round.
+            self._answered.wait_for(lambda: not self._collection.writing(), timeout=60.0)
             collection = list(self._collection.pending.values())
             for pending in collection:
                 if not pending.done:
@@ -323,14 +340,14 @@ class MqttFleet:
         """Fail the open tasks of an agent that went offline, so the round need not wait."""
         with self._answered:
             for pending in self._collection.pending.values():
-                if pending.agent_id == agent_id and not pending.done:
+                if pending.agent_id == agent_id and not pending.done and not pending.journaling:
                     pending.failure = Failure(agent_id, "the agent went offline during the round")
             self._answered.notify_all()
 
     def _fail(self, tid: str, reason: str) -> None:
         with self._answered:
             pending = self._collection.pending.get(tid)
-            if pending is not None and not pending.done:
+            if pending is not None and not pending.done and not pending.journaling:
                 pending.failure = Failure(pending.agent_id, reason)
             self._answered.notify_all()
 
@@ -376,22 +393,55 @@ class MqttFleet:
             result = self._fit_result(pending, answer, body)
         else:
             result = self._evaluate_result(pending, answer)
-        if journal and isinstance(result, FitResult):
-            self.journal.record(answer.agent_id, answer.task_id, payload)
         with self._answered:
-            if pending.done:
+            if pending.done or pending.journaling:
                 raise WireError(RejectReason.DUPLICATE, f"task {answer.task_id} already answered")
-            pending.result = result
-            pending.bytes_up = len(payload)
+            if journal and isinstance(result, FitResult):
+                pending.journaling = True
+        if pending.journaling:
+            self._writes.put(_Write(pending, result, payload))
+        else:
+            self._settle([_Write(pending, result, payload)])
+
+    def _write_journal(self) -> None:
+        """Writer thread: journal accepted updates in batches, then count them."""
+        while True:
+            batch = [self._writes.get()]
+            while True:
+                try:
+                    batch.append(self._writes.get_nowait())
+                except queue.Empty:
+                    break
+            entries = [(w.pending.agent_id, w.pending.task_id, w.payload) for w in batch]
+            try:
+                self.journal.record_many(entries)
+            except OSError:
+                logger.exception("could not write %d update(s) to the round journal", len(batch))
+                with self._answered:
+                    for write in batch:
+                        write.pending.journaling = False
+                        write.pending.failure = Failure(
+                            write.pending.agent_id, "its update could not be journaled"
+                        )
+                    self._answered.notify_all()
+                continue
+            self._settle(batch)
+
+    def _settle(self, writes: Sequence[_Write]) -> None:
+        with self._answered:
+            for write in writes:
+                write.pending.result = write.result
+                write.pending.bytes_up = len(write.payload)
             self._answered.notify_all()
-        if isinstance(result, FitResult):
-            self.metrics.updates_received.inc()
+        fits = sum(isinstance(w.result, FitResult) for w in writes)
+        if fits:
+            self.metrics.updates_received.inc(fits)
 
     def _open_task(self, tid: str, agent_id: str, run_id: str) -> _Pending:
         with self._lock:
             pending = self._collection.pending.get(tid)
             if pending is not None and pending.agent_id == agent_id:
-                if pending.done:
+                if pending.done or pending.journaling:
                     raise WireError(RejectReason.DUPLICATE, f"task {tid} already answered")
                 return pending
             if tid in self._closed_set:

@@ -165,3 +165,33 @@ def test_ids_that_are_not_plain_names_are_refused(
         journal.record(agent, task, b"x")
 
     assert journal.accepted() == {}
+
+
+def test_a_batch_is_one_segment_with_one_flush(journal: RoundJournal) -> None:
+    journal.begin(4, ["m01", "m02"])
+
+    journal.record_many([("m01", "t1", b"one"), ("m02", "t2", b"two")])
+    journal.record("m01", "t3", b"three")
+
+    segments = sorted(journal.directory.glob("*.segment"))
+    assert len(segments) == 2
+    assert journal.accepted() == {"t1": b"one", "t2": b"two", "t3": b"three"}
+
+
+def test_a_torn_segment_keeps_its_whole_records(journal: RoundJournal) -> None:
+    journal.begin(4, ["m01", "m02"])
+    journal.record_many([("m01", "t1", b"first update"), ("m02", "t2", b"second update")])
+    (segment,) = journal.directory.glob("*.segment")
+    segment.write_bytes(segment.read_bytes()[:-5])
+
+    assert journal.accepted() == {"t1": b"first update"}
+
+
+def test_a_new_journal_object_appends_after_existing_segments(journal: RoundJournal) -> None:
+    journal.begin(4, ["m01"])
+    journal.record("m01", "t1", b"old")
+
+    again = RoundJournal(journal.directory)
+    again.record("m01", "t1", b"new")
+
+    assert again.accepted() == {"t1": b"new"}
