@@ -82,7 +82,9 @@ class RoundJournal:
             check_name("agent id", agent_id)
             check_name("task id", task_id)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._sequence = max(self._sequence, self._last_sequence()) + 1
+        if self._sequence == 0:
+            self._sequence = self._last_sequence()
+        self._sequence += 1
 
         def write(handle: IO[bytes]) -> None:
             for _, task_id, payload in entries:
@@ -125,6 +127,7 @@ class RoundJournal:
     def clear(self) -> None:
         """Forget the round in flight (after its checkpoint is written)."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        self._sequence = 0
 
     def _plan(self) -> tuple[int, list[str]] | None:
         path = self.directory / _PLAN

@@ -206,14 +206,20 @@ class MqttFleet:
         members = set(self._clients)
         return [a for a in self.registry.online_trainers() if a in members]
 
-    def begin_round(self, server_round: int, *, replay: bool) -> None:
-        """Fix the available agents for ``server_round`` (replayed after a restart)."""
+    def begin_round(self, server_round: int, *, replay: bool) -> list[str]:
+        """Fix (and return) the available agents for ``server_round``.
+
+        With ``replay``, an interrupted ``server_round`` found in the journal keeps the agents
+        it had. With none available nothing is written, so the round can start later.
+        """
         replayed = self.journal.replay_available(server_round) if replay else None
-        available = replayed if replayed is not None else self.online_clients()
-        if replayed is not None:
+        available = replayed or self.online_clients()
+        if replayed:
             logger.info("round %d: resuming the interrupted round", server_round)
-        self.journal.begin(server_round, available)
+        if available:
+            self.journal.begin(server_round, available)
         self._round_available = available
+        return available
 
     def end_round(self) -> None:
         """The round's checkpoint is written: forget its journal."""
@@ -394,6 +400,10 @@ class MqttFleet:
         else:
             result = self._evaluate_result(pending, answer)
         with self._answered:
+            if self._collection.pending.get(pending.task_id) is not pending:
+                raise WireError(
+                    RejectReason.LATE, f"task {answer.task_id} closed while it was being checked"
+                )
             if pending.done or pending.journaling:
                 raise WireError(RejectReason.DUPLICATE, f"task {answer.task_id} already answered")
             if journal and isinstance(result, FitResult):
@@ -415,7 +425,7 @@ class MqttFleet:
             entries = [(w.pending.agent_id, w.pending.task_id, w.payload) for w in batch]
             try:
                 self.journal.record_many(entries)
-            except OSError:
+            except Exception:
                 logger.exception("could not write %d update(s) to the round journal", len(batch))
                 with self._answered:
                     for write in batch:

@@ -317,13 +317,13 @@ class CoordinatorService:
         replay = True
         while live.engine.server_round < run.rounds and not stop.is_set():
             server_round = live.engine.server_round + 1
-            live.fleet.begin_round(server_round, replay=replay)
-            if not live.fleet.available():
+            if not live.fleet.begin_round(server_round, replay=replay):
                 logger.warning(
                     "round %d: no agent of the federation is online; waiting", server_round
                 )
                 self.registry.wait_for(
-                    lambda: bool(live.fleet.online_clients()) or stop.is_set(), run.retry_wait_s
+                    lambda: bool(live.fleet.online_clients()) or stop.is_set(),
+                    max(1.0, run.retry_wait_s),
                 )
                 continue
             replay = False
@@ -406,6 +406,7 @@ class CoordinatorService:
         )
         live.summary.model_version = version
         self.metrics.models_published.inc(len(publication.clusters))
+        self.metrics.payload_sent_bytes.inc(publication.bytes_sent)
 
     def _checkpoint(self, live: _Live) -> None:
         state = live.engine.state()

@@ -47,7 +47,6 @@ class RunSettings(BaseModel):
     eval_every: Positive = 10
     publish_every: Positive = 10
     """Export and publish the cluster models every this many rounds (and after the last)."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
 
     @field_validator("strategy")
     @classmethod

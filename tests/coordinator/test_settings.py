@@ -44,7 +44,7 @@ def test_defaults_follow_the_design() -> None:
     assert len(run.class_names) == 12
     assert (run.rounds, run.fraction, run.seed) == (100, 0.25, 0)
     assert (run.min_agents, run.min_quorum, run.round_deadline_s) == (2, 1, 120.0)
-    assert (run.eval_every, run.publish_every, run.device) == (10, 10, "auto")
+    assert (run.eval_every, run.publish_every, run.retry_wait_s) == (10, 10, 10.0)
     assert settings.train.config() == TrainConfig()
     assert settings.wire == TensorEncoding(dtype="float32", compression="none")
 
@@ -113,7 +113,7 @@ def test_min_quorum_from_the_environment_is_checked_against_the_file(
         ("round_deadline_s", 0),
         ("sample_shape", (1, 0)),
         ("class_names", ("only-one",)),
-        ("device", "tpu"),
+        ("retry_wait_s", -1),
         ("eval_every", 0),
     ],
 )

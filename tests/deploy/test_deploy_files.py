@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.settings import CoordinatorSettings
 from edge_agent.metrics import AgentMetrics
+from edge_agent.settings import AgentSettings
 from faultfleet.cli import build_parser
 from faultfleet.wire.broker import PUBLISH_HEADER_ROOM_BYTES
 from faultfleet.wire.settings import DEFAULT_MAX_PAYLOAD_BYTES
@@ -50,48 +53,23 @@ HARDENING = {
     "RestartSec": "5",
     "KillSignal": "SIGTERM",
 }
-BROKER_KEYS = {
-    "host", "port", "username", "password_file", "tls_ca", "tls_cert", "tls_key",
-    "keepalive_s", "topic_root", "max_payload_bytes",
-}  # fmt: skip
-DESIGN_KEYS: dict[str, dict[str, set[str]]] = {
-    "coordinator": {
-        "": {"state_dir"},
-        "broker": BROKER_KEYS,
-        "metrics": {"host", "port"},
-        "run": {
-            "strategy",
-            "strategy_options",
-            "model",
-            "sample_shape",
-            "class_names",
-            "rounds",
-            "fraction",
-            "seed",
-            "min_agents",
-            "round_deadline_s",
-            "min_quorum",
-            "eval_every",
-            "publish_every",
-            "device",
-        },
-        "train": {"optimizer", "learning_rate", "epochs", "batch_size", "momentum"},
-        "wire": {"dtype", "compression"},
-    },
-    "agent": {
-        "": {"agent_id", "device", "state_dir"},
-        "broker": BROKER_KEYS,
-        "metrics": {"host", "port"},
-        "source": {
-            "kind",
-            "scenario",
-            "seed",
-            "machine_index",
-            "path",
-            "window_length",
-        },
-        "diagnosis": {"interval_s", "log_max_bytes", "log_backups"},
-    },
+
+
+def _settings_keys(model: type[BaseModel]) -> dict[str, set[str]]:
+    """Top-level keys ("") and each section's keys, as the settings class defines them."""
+    keys: dict[str, set[str]] = {"": set()}
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys[name] = set(annotation.model_fields)
+        else:
+            keys[""].add(name)
+    return keys
+
+
+SETTINGS_KEYS: dict[str, dict[str, set[str]]] = {
+    "coordinator": _settings_keys(CoordinatorSettings),
+    "agent": _settings_keys(AgentSettings),
 }
 
 
@@ -194,18 +172,18 @@ def test_units_pass_systemd_analyze_when_it_is_installed(tmp_path: Path) -> None
     assert (result.returncode, result.stderr) == (0, "")
 
 
-@pytest.mark.parametrize("name", sorted(DESIGN_KEYS))
-def test_example_config_uses_only_the_designs_keys(name: str) -> None:
+@pytest.mark.parametrize("name", sorted(SETTINGS_KEYS))
+def test_example_config_uses_only_the_settings_keys(name: str) -> None:
     # Execute
     config = tomllib.loads((DEPLOY / "config" / f"{name}.toml").read_text(encoding="utf-8"))
 
     # Assert
     sections = {key: value for key, value in config.items() if isinstance(value, dict)}
     top = set(config) - set(sections)
-    assert top <= DESIGN_KEYS[name][""]
-    assert set(sections) == set(DESIGN_KEYS[name]) - {""}
+    assert top <= SETTINGS_KEYS[name][""]
+    assert set(sections) == set(SETTINGS_KEYS[name]) - {""}
     for section, keys in sections.items():
-        assert set(keys) <= DESIGN_KEYS[name][section], section
+        assert set(keys) <= SETTINGS_KEYS[name][section], section
 
 
 def test_example_agent_config_matches_its_unit_and_acl() -> None:
