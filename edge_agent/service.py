@@ -1,10 +1,11 @@
 """The edge-agent service: trains when asked, diagnoses every live window with ONNX Runtime.
 
-:class:`AgentService` runs three activities around one MQTT connection:
+:class:`AgentService` runs four activities around one MQTT connection:
 
 * the network thread (paho) routes task frames to a queue, the retained cluster assignment
-  to :meth:`_on_assignment` and the assigned cluster's retained model to :meth:`_on_model`,
-  which verifies its SHA-256 and hot-swaps it (:class:`~edge_agent.inference.OnnxDiagnoser`);
+  to :meth:`_on_assignment` and the assigned cluster's retained model to :meth:`_on_model`;
+* a loader thread verifies the assigned cluster's newest model (SHA-256, ONNX Runtime
+  session, warm-up) and hot-swaps it (:class:`~edge_agent.inference.OnnxDiagnoser`);
 * a worker thread answers tasks one at a time (:class:`~edge_agent.task_runner.TaskRunner`);
 * a diagnosis thread takes windows from the source, runs the active ONNX model on each and
   publishes and logs the diagnosis. Windows that arrive before the first model wait in a
@@ -96,8 +97,11 @@ class AgentService:
         self.assignment: ClusterAssignment | None = None
         self.tasks: queue.Queue[bytes] = queue.Queue()
         self.windows_diagnosed = 0
-        self.tasks_answered = 0
         self._model_routes: set[str] = set()
+        self._frames: dict[str, tuple[ModelAnnouncement, bytes]] = {}
+        """Newest model frame of each cluster whose topic this agent subscribed to."""
+        self._models_changed = threading.Event()
+        self.window_errors = 0
         self._lock = threading.Lock()
         offline = AgentStatus(agent_id=self.agent_id, state="offline").model_dump_json()
         self.connection = MqttConnection(
@@ -120,6 +124,9 @@ class AgentService:
             threading.Thread(
                 target=self._diagnose, args=(stop,), name=f"{self.agent_id}-diagnosis"
             ),
+            threading.Thread(
+                target=self._load_models, args=(stop,), name=f"{self.agent_id}-models"
+            ),
         ]
         for thread in threads:
             thread.start()
@@ -136,16 +143,22 @@ class AgentService:
     def _restore_model(self) -> None:
         try:
             saved = self.store.load()
-        except ModelIntegrityError as error:
-            logger.warning("%s: ignoring the saved model: %s", self.agent_id, error)
-            return
-        if saved is not None:
+            if saved is None:
+                return
             onnx_bytes, model = saved
             self.diagnoser.load(
                 onnx_bytes, sha256=model.sha256, version=model.version, cluster_id=model.cluster_id
             )
-            self.metrics.set_model_version(model.version)
-            logger.info("%s: diagnosing with saved model version %d", self.agent_id, model.version)
+        except ModelIntegrityError as error:
+            logger.warning(
+                "%s: discarding the saved model (%s); waiting for the cluster's model",
+                self.agent_id,
+                error,
+            )
+            self.store.clear()
+            return
+        self.metrics.set_model_version(model.version)
+        logger.info("%s: diagnosing with saved model version %d", self.agent_id, model.version)
 
     def _status(self, state: str) -> bytes:
         active = self.diagnoser.active
@@ -195,17 +208,46 @@ class AgentService:
         )
         if new_route:
             self.connection.route(model_topic, self._on_model)
+        self._models_changed.set()
 
     def _on_model(self, topic: str, payload: bytes) -> None:
+        """Keep the newest frame of each subscribed cluster; the loader thread decides."""
         if not payload:
             return
-        header_data, body = split_frame(payload, max_bytes=self.settings.broker.max_payload_bytes)
-        header = parse_envelope(_ANNOUNCEMENT, header_data)
+        try:
+            header_data, body = split_frame(
+                payload, max_bytes=self.settings.broker.max_payload_bytes
+            )
+            header = parse_envelope(_ANNOUNCEMENT, header_data)
+        except WireError as error:
+            self.metrics.model_rejected()
+            logger.error("%s: rejected model frame on %s: %s", self.agent_id, topic, error)
+            return
+        with self._lock:
+            kept = self._frames.get(header.cluster_id)
+            if kept is None or header.version >= kept[0].version:
+                self._frames[header.cluster_id] = (header, body)
+        self._models_changed.set()
+
+    def _load_models(self, stop: threading.Event) -> None:
+        """Loader thread: swap in the assigned cluster's newest model when one arrives.
+
+        Kept off the network thread (digest, session build, warm-up and the store's writes
+        take a while) and off the task worker (a training task may run for minutes).
+        """
+        while not stop.is_set():
+            if self._models_changed.wait(0.2):
+                self._models_changed.clear()
+                self._apply_assignment()
+
+    def _apply_assignment(self) -> None:
         with self._lock:
             assignment = self.assignment
-        active = self.diagnoser.active
-        if assignment is None or header.cluster_id != assignment.cluster_id:
+            frame = self._frames.get(assignment.cluster_id) if assignment else None
+        if assignment is None or frame is None:
             return
+        header, body = frame
+        active = self.diagnoser.active
         if header.version < assignment.model_version or (
             active is not None and active.sha256 == header.sha256
         ):
@@ -216,9 +258,12 @@ class AgentService:
             )
         except ModelIntegrityError as error:
             self.metrics.model_rejected()
-            logger.error("%s: rejected model on %s: %s", self.agent_id, topic, error)
+            logger.error(
+                "%s: rejected model of cluster %s: %s", self.agent_id, header.cluster_id, error
+            )
             return
         self.class_names = header.class_names
+        self.metrics.set_class_names(header.class_names)
         self.store.save(body, loaded)
         self.metrics.set_model_version(loaded.version)
         self.connection.publish(
@@ -246,14 +291,13 @@ class AgentService:
                 continue
             try:
                 answer = self.runner.run(task, body)
-            except Exception:
+            except Exception as error:
                 logger.exception("%s: task %s failed", self.agent_id, task.task_id)
-                continue
+                answer = self.runner.failed(task, f"{type(error).__name__}: {error}")
             if answer.kind == "fit_update":
                 self.metrics.observe_training(answer.train_seconds)
             try:
                 self.connection.publish(self.topics.results(self.agent_id), answer.payload)
-                self.tasks_answered += 1
             except (ValueError, RuntimeError) as error:
                 logger.error(
                     "%s: could not send the answer to %s: %s", self.agent_id, task.task_id, error
@@ -267,9 +311,23 @@ class AgentService:
                 if self.diagnoser.active is None:
                     continue
                 while backlog:
-                    self._diagnose_one(backlog.popleft())
+                    self._diagnose_safely(backlog.popleft())
         except Exception:
             logger.exception("%s: the window source failed; diagnosis stopped", self.agent_id)
+
+    def _diagnose_safely(self, window: Window) -> None:
+        """One window; an error is logged (first and every 1000th) and the stream goes on."""
+        try:
+            self._diagnose_one(window)
+        except Exception:
+            self.window_errors += 1
+            if self.window_errors == 1 or self.window_errors % 1000 == 0:
+                logger.exception(
+                    "%s: could not diagnose %s (%d windows failed so far)",
+                    self.agent_id,
+                    window.origin,
+                    self.window_errors,
+                )
 
     def _diagnose_one(self, window: Window) -> None:
         started = time.perf_counter()
@@ -294,6 +352,8 @@ class AgentService:
         self.metrics.observe_diagnoses([class_id], latency)
         self.log.append(diagnosis.model_dump())
         if self.settings.diagnosis.publish:
+            # QoS 0: a diagnosis is news and the local log keeps it; during a broker outage
+            # diagnoses are dropped instead of filling the client's queue.
             self.connection.publish(
-                self.topics.diagnoses(self.agent_id), diagnosis.model_dump_json()
+                self.topics.diagnoses(self.agent_id), diagnosis.model_dump_json(), qos=0
             )

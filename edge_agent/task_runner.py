@@ -100,7 +100,7 @@ class TaskRunner:
         """The answer to ``task``; a ``task_failed`` answer if it cannot be done."""
         problem = self._problem(task)
         if problem is not None:
-            return self._failed(task, problem)
+            return self.failed(task, problem)
         model, n_params = self._architecture(task.model)
         try:
             candidates = decode_tensors(
@@ -110,7 +110,7 @@ class TaskRunner:
                 max_bytes=self.max_payload_bytes,
             )
         except WireError as error:
-            return self._failed(task, f"unreadable weights: {error}")
+            return self.failed(task, f"unreadable weights: {error}")
         assert self.data is not None
         with self.compute_lock:
             started = time.perf_counter()
@@ -127,7 +127,7 @@ class TaskRunner:
                     self.device,
                 )
                 if not math.isfinite(update.train_loss):
-                    return self._failed(
+                    return self.failed(
                         task,
                         f"local training diverged (train loss {update.train_loss}); "
                         "lower train.learning_rate",
@@ -151,7 +151,7 @@ class TaskRunner:
             split = self.data.splits()[task.split.value]
             result = evaluate(model, candidates[key], split, device=self.device)
         if not math.isfinite(result.loss):
-            return self._failed(
+            return self.failed(
                 task, f"the model's {task.split} loss is {result.loss}: it has diverged"
             )
         evaluation = EvaluationMessage(
@@ -203,7 +203,8 @@ class TaskRunner:
             return f"cannot build model {task.model.name!r}: {error}"
         return None
 
-    def _failed(self, task: FitTaskMessage | EvaluateTaskMessage, reason: str) -> Answer:
+    def failed(self, task: FitTaskMessage | EvaluateTaskMessage, reason: str) -> Answer:
+        """A ``task_failed`` answer to ``task`` saying ``reason`` (cut to 2000 characters)."""
         logger.warning("task %s of round %d failed: %s", task.task_id, task.server_round, reason)
         message = TaskFailedMessage(
             task_id=task.task_id,

@@ -192,15 +192,23 @@ def run_agent(args: argparse.Namespace) -> int:
     sources = [build_source(c.source, c.diagnosis.interval_s, ()) for c in configs]
     metrics = AgentMetrics(class_names=sources[0].class_names)
     server = serve_metrics(settings.metrics, metrics.registry)
+    failed: list[str] = []
     try:
         with stop_on_signals() as stop:
             services = [
                 AgentService(c, s, metrics=metrics, compute_lock=compute_lock)
                 for c, s in zip(configs, sources, strict=True)
             ]
-            threads = [
-                threading.Thread(target=a.run, args=(stop,), name=a.agent_id) for a in services
-            ]
+
+            def serve(agent: AgentService) -> None:
+                try:
+                    agent.run(stop)
+                except Exception:
+                    logger.exception("agent %s stopped on an error", agent.agent_id)
+                    failed.append(agent.agent_id)
+                    stop.set()
+
+            threads = [threading.Thread(target=serve, args=(a,), name=a.agent_id) for a in services]
             for thread in threads:
                 thread.start()
             logger.info("%d agent(s) running; Ctrl-C stops them", len(services))
@@ -212,4 +220,9 @@ def run_agent(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
+    if failed:
+        print(
+            f"faultfleet: error: agent(s) {', '.join(failed)} stopped on an error", file=sys.stderr
+        )
+        return 1
     return 0

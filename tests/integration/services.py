@@ -52,7 +52,6 @@ def coordinator_settings(
         "retry_wait_s": 0.0,
         "eval_every": 100,
         "publish_every": 100,
-        "device": "cpu",
     }
     return CoordinatorSettings(
         state_dir=state_dir,

@@ -71,7 +71,6 @@ def test_killed_coordinator_resumes_the_interrupted_round_from_its_state_dir(
             "round_deadline_s": 60.0,
             "eval_every": 100,
             "publish_every": 100,
-            "device": "cpu",
         },
         "train": {"epochs": 1},
     }
