@@ -22,12 +22,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.journal import RoundJournal
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.presence import AgentRegistry
+from coordinator.round_tasks import (
+    Bodies,
+    Collection,
+    Pending,
+    QuorumError,
+    RoundAbortedError,
+    Write,
+    evaluation_result,
+    fit_result,
+    task_id,
+)
 from faultfleet.tasks import (
     EvaluateOutcome,
     EvaluateResult,
@@ -41,7 +51,6 @@ from faultfleet.types import FloatArray
 from faultfleet.wire.codec import (
     RejectReason,
     WireError,
-    decode_tensors,
     encode_frame,
     encode_tensors,
     parse_envelope,
@@ -50,7 +59,6 @@ from faultfleet.wire.codec import (
 from faultfleet.wire.messages import (
     ANSWER_ADAPTER,
     EvaluateTaskMessage,
-    EvaluationMessage,
     FitTaskMessage,
     FitUpdateMessage,
     ModelSpec,
@@ -65,61 +73,6 @@ logger = logging.getLogger(__name__)
 
 _CLOSED_MEMORY = 4096
 """How many answered or expired task ids are remembered to tell late from unknown answers."""
-
-
-class QuorumError(RuntimeError):
-    """Fewer updates than the quorum arrived before the round deadline."""
-
-
-class RoundAbortedError(RuntimeError):
-    """:meth:`MqttFleet.abort` was called while a round waited for answers."""
-
-
-@dataclass
-class _Pending:
-    task_id: str
-    agent_id: str
-    server_round: int
-    models: Mapping[str, FloatArray]
-    kind: str
-    result: FitResult | EvaluateResult | None = None
-    failure: Failure | None = None
-    bytes_up: int = 0
-    journaling: bool = False
-    """Accepted and being written to the journal; it counts once the write is done."""
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None or self.failure is not None
-
-
-@dataclass(frozen=True)
-class _Write:
-    pending: _Pending
-    result: FitResult | EvaluateResult
-    payload: bytes
-
-
-@dataclass
-class _Collection:
-    pending: dict[str, _Pending] = field(default_factory=dict)
-
-    def finished(self) -> bool:
-        return all(p.done for p in self.pending.values())
-
-    def writing(self) -> bool:
-        return any(p.journaling and not p.done for p in self.pending.values())
-
-
-def task_id(
-    run_id: str, server_round: int, agent_id: str, kind: str, body: bytes, seed: int
-) -> str:
-    """Deterministic id of a task: the same round, agent, weights and seed give the same id."""
-    digest = hashlib.sha256()
-    for part in (run_id, str(server_round), agent_id, kind, str(seed)):
-        digest.update(part.encode("utf-8") + b"\0")
-    digest.update(body)
-    return digest.hexdigest()[:24]
 
 
 class MqttFleet:
@@ -182,12 +135,12 @@ class MqttFleet:
         self.clock = clock
         self._lock = threading.Lock()
         self._answered = threading.Condition(self._lock)
-        self._collection = _Collection()
+        self._collection = Collection()
         self._closed: deque[str] = deque(maxlen=_CLOSED_MEMORY)
         self._closed_set: set[str] = set()
         self._round_available: list[str] | None = None
         self._aborted = False
-        self._writes: queue.Queue[_Write] = queue.Queue()
+        self._writes: queue.Queue[Write] = queue.Queue()
         threading.Thread(target=self._write_journal, name="round-journal", daemon=True).start()
         connection.route(topics.all_results(), self.on_answer)
 
@@ -227,12 +180,14 @@ class MqttFleet:
         self._round_available = None
 
     def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
+        bodies: Bodies = {}
         frames = [
             self._frame(
                 FitTaskMessage,
                 server_round,
                 task.client_id,
                 task.models,
+                bodies,
                 seed=task.seed,
                 train=TrainSpec.of(task.config),
             )
@@ -251,9 +206,15 @@ class MqttFleet:
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
+        bodies: Bodies = {}
         frames = [
             self._frame(
-                EvaluateTaskMessage, server_round, task.client_id, task.models, split=task.split
+                EvaluateTaskMessage,
+                server_round,
+                task.client_id,
+                task.models,
+                bodies,
+                split=task.split,
             )
             for task in tasks
         ]
@@ -268,12 +229,19 @@ class MqttFleet:
         server_round: int,
         agent_id: str,
         models: Mapping[str, FloatArray],
+        bodies: Bodies,
         **fields: Any,
-    ) -> tuple[_Pending, FitTaskMessage | EvaluateTaskMessage, bytes]:
+    ) -> tuple[Pending, FitTaskMessage | EvaluateTaskMessage, bytes]:
         """One task: its bookkeeping entry, header and tensor body."""
-        body = encode_tensors(models, self.encoding)
+        sent = tuple((key, id(weights)) for key, weights in models.items())
+        if sent not in bodies:
+            body = encode_tensors(models, self.encoding)
+            bodies[sent] = (body, hashlib.sha256(body).hexdigest())
+        body, body_sha256 = bodies[sent]
         label = "fit" if kind is FitTaskMessage else f"evaluate-{fields.get('split')}"
-        tid = task_id(self.run_id, server_round, agent_id, label, body, fields.get("seed", 0))
+        tid = task_id(
+            self.run_id, server_round, agent_id, label, body_sha256, fields.get("seed", 0)
+        )
         header = kind(
             task_id=tid,
             run_id=self.run_id,
@@ -285,7 +253,7 @@ class MqttFleet:
             deadline=self.clock() + self.deadline_s,
             **fields,
         )
-        pending = _Pending(
+        pending = Pending(
             tid, agent_id, server_round, models, "fit" if kind is FitTaskMessage else "evaluate"
         )
         return pending, header, body
@@ -294,12 +262,12 @@ class MqttFleet:
 
     def _dispatch(
         self,
-        frames: Sequence[tuple[_Pending, FitTaskMessage | EvaluateTaskMessage, bytes]],
+        frames: Sequence[tuple[Pending, FitTaskMessage | EvaluateTaskMessage, bytes]],
         replay: Mapping[str, bytes],
-    ) -> tuple[list[_Pending], int]:
+    ) -> tuple[list[Pending], int]:
         deadline = time.monotonic() + self.deadline_s
         with self._lock:
-            self._collection = _Collection({p.task_id: p for p, _, _ in frames})
+            self._collection = Collection({p.task_id: p for p, _, _ in frames})
         bytes_down = 0
         for pending, header, body in frames:
             saved = replay.get(pending.task_id)
@@ -319,7 +287,7 @@ class MqttFleet:
                 timeout=max(0.0, deadline - time.monotonic()),
             )
             if self._aborted:
-                self._collection = _Collection()
+                self._collection = Collection()
                 raise RoundAbortedError("the coordinator is stopping; the round was abandoned")
             # Updates that arrived in time but are still being journaled count for the round.
             self._answered.wait_for(lambda: not self._collection.writing(), timeout=60.0)
@@ -330,7 +298,7 @@ class MqttFleet:
                         pending.agent_id, f"no answer within the {self.deadline_s:g} s deadline"
                     )
                 self._remember_closed(pending.task_id)
-            self._collection = _Collection()
+            self._collection = Collection()
         return collection, bytes_down
 
     def abort(self) -> None:
@@ -396,9 +364,11 @@ class MqttFleet:
             return
         result: FitResult | EvaluateResult
         if isinstance(answer, FitUpdateMessage):
-            result = self._fit_result(pending, answer, body)
+            result = fit_result(
+                pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
+            )
         else:
-            result = self._evaluate_result(pending, answer)
+            result = evaluation_result(pending, answer)
         with self._answered:
             if self._collection.pending.get(pending.task_id) is not pending:
                 raise WireError(
@@ -409,9 +379,9 @@ class MqttFleet:
             if journal and isinstance(result, FitResult):
                 pending.journaling = True
         if pending.journaling:
-            self._writes.put(_Write(pending, result, payload))
+            self._writes.put(Write(pending, result, payload))
         else:
-            self._settle([_Write(pending, result, payload)])
+            self._settle([Write(pending, result, payload)])
 
     def _write_journal(self) -> None:
         """Writer thread: journal accepted updates in batches, then count them."""
@@ -437,7 +407,7 @@ class MqttFleet:
                 continue
             self._settle(batch)
 
-    def _settle(self, writes: Sequence[_Write]) -> None:
+    def _settle(self, writes: Sequence[Write]) -> None:
         with self._answered:
             for write in writes:
                 write.pending.result = write.result
@@ -447,7 +417,7 @@ class MqttFleet:
         if fits:
             self.metrics.updates_received.inc(fits)
 
-    def _open_task(self, tid: str, agent_id: str, run_id: str) -> _Pending:
+    def _open_task(self, tid: str, agent_id: str, run_id: str) -> Pending:
         with self._lock:
             pending = self._collection.pending.get(tid)
             if pending is not None and pending.agent_id == agent_id:
@@ -460,33 +430,3 @@ class MqttFleet:
                 )
         reason = "another run" if run_id != self.run_id else "no open task"
         raise WireError(RejectReason.UNKNOWN_TASK, f"task {tid} of {agent_id} belongs to {reason}")
-
-    def _fit_result(self, pending: _Pending, answer: FitUpdateMessage, body: bytes) -> FitResult:
-        if answer.model_key not in pending.models or pending.kind != "fit":
-            raise WireError(
-                RejectReason.UNKNOWN_TASK,
-                f"update for model {answer.model_key!r}, the task offered {sorted(pending.models)}",
-            )
-        weights = decode_tensors(
-            body, answer.encoding, {"weights": self.n_params}, max_bytes=self.max_payload_bytes
-        )["weights"]
-        return FitResult(
-            client_id=answer.agent_id,
-            model_key=answer.model_key,
-            weights=weights,
-            delta=weights - pending.models[answer.model_key],
-            num_samples=answer.num_samples,
-            train_loss=answer.train_loss,
-        )
-
-    @staticmethod
-    def _evaluate_result(pending: _Pending, answer: EvaluationMessage) -> EvaluateResult:
-        if answer.model_key not in pending.models or pending.kind != "evaluate":
-            raise WireError(
-                RejectReason.UNKNOWN_TASK,
-                f"evaluation of model {answer.model_key!r}, the task offered "
-                f"{sorted(pending.models)}",
-            )
-        return EvaluateResult(
-            answer.agent_id, answer.model_key, answer.accuracy, answer.loss, answer.num_samples
-        )

@@ -32,9 +32,10 @@ from pydantic import TypeAdapter
 from coordinator.engine import EvaluationReport, RoundEngine, RoundReport
 from coordinator.journal import RoundJournal
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.mqtt_fleet import MqttFleet, QuorumError, RoundAbortedError
+from coordinator.mqtt_fleet import MqttFleet
 from coordinator.presence import AgentRegistry
 from coordinator.publisher import ModelPublisher, cluster_id
+from coordinator.round_tasks import QuorumError, RoundAbortedError
 from coordinator.settings import CoordinatorSettings, RunSettings
 from coordinator.state import has_state, load_state, save_state
 from coordinator.strategies.registry import make_strategy

@@ -17,9 +17,7 @@ from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.tasks import TrainConfig
 from faultfleet.wire.messages import TensorEncoding
 from faultfleet.wire.settings import BrokerSettings, FileSettings, MetricsSettings
-from signal_pipeline.conditions import label_names
-
-MIXED_FAULT_CLASSES = label_names(tuple(range(12)))
+from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
 Positive = Annotated[int, Field(ge=1)]
 
@@ -33,7 +31,7 @@ class RunSettings(BaseModel):
     strategy_options: dict[str, Any] = Field(default_factory=dict)
     model: str = "compact"
     sample_shape: tuple[Positive, ...] = (1, 1024)
-    class_names: tuple[str, ...] = MIXED_FAULT_CLASSES
+    class_names: tuple[str, ...] = MIXED_FAULT_CLASS_NAMES
     rounds: Positive = 100
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
     seed: int = 0

@@ -26,9 +26,14 @@ import numpy.typing as npt
 
 from edge_agent.recording_folder import RecordingFolderSource
 from edge_agent.source_types import STOP_LATENCY_S, Pacer, Window, WindowSource, check_interval
-from signal_pipeline.conditions import Condition, label_names
+from signal_pipeline.conditions import Condition
 from signal_pipeline.federation import ClientData
-from signal_pipeline.scenarios import MachinePlan, mixed_fault_client, mixed_fault_machine
+from signal_pipeline.scenarios import (
+    MIXED_FAULT_CLASS_NAMES,
+    MachinePlan,
+    mixed_fault_client,
+    mixed_fault_machine,
+)
 from signal_pipeline.simulator import simulate
 from signal_pipeline.windowing import sliding_windows
 
@@ -135,7 +140,7 @@ class SimulatedMachineSource:
     @property
     def class_names(self) -> tuple[str, ...]:
         """The 12 condition names of FLACC Table II, as in the federation."""
-        return label_names(tuple(range(12)))
+        return MIXED_FAULT_CLASS_NAMES
 
     def training_data(self) -> ClientData:
         """The machine's client of the federation (simulated on first call, then cached)."""

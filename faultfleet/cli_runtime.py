@@ -22,7 +22,7 @@ import torch
 
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.service import CoordinatorService, ServiceError
-from coordinator.settings import MIXED_FAULT_CLASSES, CoordinatorSettings
+from coordinator.settings import CoordinatorSettings
 from edge_agent.metrics import AgentMetrics
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, SourceSettings
@@ -30,6 +30,7 @@ from edge_agent.source_types import WindowSource
 from edge_agent.sources import LiveSensorSource, RecordingFolderSource, SimulatedMachineSource
 from faultfleet.metrics_http import serve_metrics
 from faultfleet.wire.settings import SettingsError, load_settings
+from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ def build_source(
             poll_s=source.poll_s,
         )
     return LiveSensorSource(
-        (1, source.window_length), class_names or MIXED_FAULT_CLASSES, fs_hz=source.fs_hz
+        (1, source.window_length), class_names or MIXED_FAULT_CLASS_NAMES, fs_hz=source.fs_hz
     )
 
 

@@ -206,7 +206,10 @@ def run_fleet_demo(
 ) -> DemoOutcome | None:
     """Run the demo; None when ``stop`` was set before it finished."""
     started = time.monotonic()
-    shutil.rmtree(plan.out / "state", ignore_errors=True)
+    # A fresh run: no checkpoint, and no retained model or assignment of an earlier run in
+    # the broker's persistence file.
+    for leftover in ("state", "broker"):
+        shutil.rmtree(plan.out / leftover, ignore_errors=True)
     logs = plan.out / "logs"
     command = [sys.executable, "-m", "faultfleet.cli"]
     with ExitStack() as stack:

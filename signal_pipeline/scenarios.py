@@ -42,6 +42,9 @@ from signal_pipeline.splitting import (
 MIXED_FAULT_GROUPS: tuple[tuple[int, ...], ...] = ((0, 1), (2, 3), (4, 8), (5, 6), (7, 11), (9, 10))
 """Labels held by each of the six groups of FLACC §VI."""
 
+MIXED_FAULT_CLASS_NAMES: tuple[str, ...] = label_names(tuple(range(12)))
+"""The 12 conditions of FLACC Table II, in label order: the mixed-fault classes."""
+
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(done, total)`` after each client is built."""
 
@@ -272,8 +275,8 @@ def mixed_fault(
     return Federation(
         name="mixed-fault",
         clients=tuple(clients),
-        n_classes=12,
-        class_names=label_names(tuple(range(12))),
+        n_classes=len(MIXED_FAULT_CLASS_NAMES),
+        class_names=MIXED_FAULT_CLASS_NAMES,
         metadata={"seed": seed, "groups": [list(g) for g in groups], **asdict(settings)},
     )
 

@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from coordinator.settings import (
-    MIXED_FAULT_CLASSES,
     CoordinatorSettings,
     RunSettings,
     TrainSettings,
@@ -19,6 +18,7 @@ from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.tasks import TrainConfig
 from faultfleet.wire.messages import TensorEncoding
 from faultfleet.wire.settings import BrokerSettings, SettingsError, load_settings
+from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "config" / "coordinator.toml"
 
@@ -40,7 +40,7 @@ def test_defaults_follow_the_design() -> None:
     run = settings.run
     assert (run.strategy, run.strategy_options, run.model) == ("flacc", {}, "compact")
     assert run.sample_shape == (1, 1024)
-    assert run.class_names == MIXED_FAULT_CLASSES
+    assert run.class_names == MIXED_FAULT_CLASS_NAMES
     assert len(run.class_names) == 12
     assert (run.rounds, run.fraction, run.seed) == (100, 0.25, 0)
     assert (run.min_agents, run.min_quorum, run.round_deadline_s) == (2, 1, 120.0)
