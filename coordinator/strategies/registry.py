@@ -14,10 +14,13 @@ from coordinator.strategies.base import Strategy
 from coordinator.strategies.cfl import CFL
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.flhc import FLHC
 from coordinator.strategies.ifca import IFCA
 from coordinator.strategies.local import Local
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (FedAvg, Local, FLACC, IFCA, CFL)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (FedAvg, Local, FLACC, IFCA, CFL, FLHC)
+}
 
 
 def strategy_parameters(name: str) -> dict[str, Any]:

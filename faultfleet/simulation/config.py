@@ -13,7 +13,8 @@ from typing import Any
 
 from faultfleet.tasks import TrainConfig
 
-SCENARIOS = ("mixed-fault",)
+SCENARIOS = ("mixed-fault", "quality-skew", "quantity-skew")
+"""Federations ``faultfleet sim --scenario`` can build (docs/simulator.md describes them)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,13 @@ PROFILE_STRATEGY_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
     # give mean update norms of 0.27-0.48 and max norms of 1.19-1.20, so Sattler et al.'s
     # eps2 = 1.6 would never split; eps2 = 1.0 sits below the measured max norms.
     "paper": {"cfl": {"eps1": 0.4, "eps2": 1.0}},
-    "quick": {"flacc": {"n_sep": 5}, "cfl": {"eps1": 0.4, "eps2": 1.0, "min_rounds": 10}},
+    # FL+HC on the quick profile (seed 0, 5 FedAvg rounds first): a Ward cut at 1.0 left 12
+    # clusters, at 1.5 exactly the 6 groups, at 3.0 a single one.
+    "quick": {
+        "flacc": {"n_sep": 5},
+        "cfl": {"eps1": 0.4, "eps2": 1.0, "min_rounds": 10},
+        "flhc": {"n_warmup": 5, "distance_threshold": 1.5},
+    },
 }
 """Per profile, per strategy: options that differ from the strategy's own defaults."""
 

@@ -24,6 +24,7 @@ OPTIONS: dict[str, dict[str, object]] = {
     "flacc": {"n_sep": 3},
     "ifca": {"n_clusters": 3},
     "cfl": {"min_rounds": 2, "eps1": 10.0, "eps2": 0.0},
+    "flhc": {"n_warmup": 2, "distance_threshold": 1.0},
 }
 
 Factory = Callable[[], Strategy]

@@ -1,0 +1,333 @@
+"""FL+HC: federated learning with hierarchical clustering of local updates.
+
+Briggs, Fan & Andras, "Federated learning with hierarchical clustering of local updates to
+improve training on non-IID data", IJCNN 2020. The algorithm:
+
+* *Warm-up*: ``n_warmup`` rounds of FedAvg on one global model (the paper's "number of
+  FedAvg rounds before clustering"), with the usual client fraction;
+* *clustering round* (round ``n_warmup + 1``): every available client trains the global
+  model once, and the clients are clustered once, by agglomerative hierarchical clustering
+  of their weight updates Δθ_i, the dendrogram being cut at the distance ``distance_threshold``;
+* *afterwards*: each cluster is its own federation, trained with FedAvg (sample-weighted
+  averaging, FLACC Algorithm 1, line 20) from the global model; a client's model is its
+  cluster's.
+
+Decisions on points the paper leaves open (the paper is not in ``shared/papers``):
+
+- The clustering round is *full participation* for that one round, as in CFL: every
+  available client is asked, whatever ``fraction``; the sampling generator is not drawn
+  from in that round. All other rounds sample ``fraction`` of the clients.
+- The clustering round's updates both define the clusters and train them: each cluster's
+  model becomes the sample-weighted mean of its members' weights of that round, i.e. the
+  global model moved by the weighted mean of the members' Δθ. Nothing is trained twice and
+  no update is thrown away.
+- Two clients end in one cluster when the dendrogram joins them at a height ≤
+  ``distance_threshold`` (scipy's ``fcluster(criterion="distance")``). Heights are those of
+  :func:`scipy.cluster.hierarchy.linkage`: for ``ward`` on Euclidean distances, two single
+  clients merge at their Euclidean distance and larger clusters at the Ward distance
+  √(2·n_a·n_b/(n_a+n_b))·‖c_a − c_b‖ of their centroids; ``average``, ``complete`` and
+  ``single`` use the mean, largest and smallest pairwise distance.
+- ``metric="cosine"`` is the cosine distance 1 − cos(Δθ_i, Δθ_j) ∈ [0, 2] (a zero update has
+  distance 1 to every other). Ward is defined for Euclidean distances only, so
+  ``linkage="ward"`` requires ``metric="euclidean"``; ``average``, ``complete`` and
+  ``single`` accept either metric.
+- Clusters are keyed ``"cluster-k"``, k numbering clusters in order of their first client
+  (registration order).
+- Clients that did not answer in the clustering round (offline or failed) stay on the
+  ``"global"`` model, which keeps training by FedAvg among them alone: together they act as
+  one more cluster, the "unclustered" one. Nobody is re-clustered later. When every client
+  was clustered the global model is dropped.
+- If nobody answers in the clustering round, nothing changes and the next round is the
+  clustering round again.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import pdist
+
+from coordinator.aggregate import cosine_similarity_matrix, weighted_average
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy
+from faultfleet.tasks import Failure, FitInstruction, FitResult
+from faultfleet.types import Float64Array, FloatArray, IntArray
+
+logger = logging.getLogger(__name__)
+
+GLOBAL = "global"
+
+LinkageName = Literal["ward", "average", "complete", "single"]
+MetricName = Literal["euclidean", "cosine"]
+LINKAGES: tuple[str, ...] = ("average", "complete", "single", "ward")
+METRICS: tuple[str, ...] = ("cosine", "euclidean")
+
+
+def cluster_key(position: int) -> str:
+    """Model key of the k-th FL+HC cluster: ``"cluster-k"``."""
+    return f"cluster-{position}"
+
+
+def hierarchical_clusters(
+    updates: Sequence[FloatArray],
+    distance_threshold: float,
+    *,
+    linkage_name: str = "ward",
+    metric: str = "euclidean",
+) -> tuple[IntArray, Float64Array]:
+    """Agglomerative clustering of weight updates, cut at a distance.
+
+    Parameters
+    ----------
+    updates : sequence of m >= 1 arrays of shape (n_params,)
+        The clients' weight updates Δθ_i.
+    distance_threshold : float
+        Clients joined at a height ≤ this share a cluster.
+    linkage_name : {"ward", "average", "complete", "single"}
+    metric : {"euclidean", "cosine"}
+        ``"cosine"`` is 1 − cosine similarity; ward needs ``"euclidean"``.
+
+    Returns
+    -------
+    labels : array of shape (m,), int64
+        Cluster of each update, numbered 0, 1, … in order of first appearance.
+    heights : array of shape (m - 1,), float64
+        Merge heights of the dendrogram, ascending (empty for one update).
+    """
+    if linkage_name not in LINKAGES or metric not in METRICS:
+        raise ValueError(
+            f"unknown linkage {linkage_name!r} or metric {metric!r}; linkage must be one of "
+            f"{', '.join(LINKAGES)} and metric one of {', '.join(METRICS)}"
+        )
+    if linkage_name == "ward" and metric != "euclidean":
+        raise ValueError(f"linkage='ward' needs metric='euclidean', got metric={metric!r}")
+    m = len(updates)
+    if m == 0:
+        raise ValueError("hierarchical_clusters needs at least one update")
+    if m == 1:
+        return np.zeros(1, dtype=np.int64), np.zeros(0)
+    if metric == "cosine":
+        distance = np.clip(1.0 - cosine_similarity_matrix(updates), 0.0, 2.0)
+        rows, cols = np.triu_indices(m, k=1)
+        condensed = distance[rows, cols]
+    else:
+        condensed = pdist(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
+    tree = linkage(condensed, method=linkage_name)
+    flat = fcluster(tree, t=distance_threshold, criterion="distance")
+    order: dict[int, int] = {}
+    labels = np.array([order.setdefault(int(f), len(order)) for f in flat], dtype=np.int64)
+    return labels, np.asarray(tree[:, 2], dtype=np.float64)
+
+
+class FLHC(Strategy):
+    """FedAvg warm-up, one hierarchical clustering of the updates, then FedAvg per cluster.
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c sampled in every round but the clustering round.
+    n_warmup : int
+        FedAvg rounds before clustering (>= 0); the clustering round is ``n_warmup + 1``.
+    distance_threshold : float
+        Dendrogram cut (>= 0), in the units of ``metric``: Euclidean norm of weight
+        differences, or cosine distance in [0, 2]. Update norms depend on the model,
+        optimiser and local epochs, so tune it: the run history's
+        ``strategy_metrics.merge_height_below_threshold`` / ``…_above_threshold`` show the
+        dendrogram heights around the cut.
+    linkage : {"ward", "average", "complete", "single"}
+        Linkage criterion; ``"ward"`` (the default, as in the paper) needs Euclidean distances.
+    metric : {"euclidean", "cosine"}
+        Distance between two clients' updates.
+
+    Attributes
+    ----------
+    clustered_ : bool
+        Whether the clustering round has happened.
+    clusters_ : dict of str to str
+        Model key of each clustered client; absent clients train and predict with ``"global"``.
+    last_heights_ : array of shape (k - 1,) or None
+        Merge heights of the clustering round, only just after it (not saved in the state).
+    """
+
+    name: ClassVar[str] = "flhc"
+
+    def __init__(
+        self,
+        *,
+        fraction: float = 0.25,
+        n_warmup: int = 10,
+        distance_threshold: float = 1.0,
+        linkage: LinkageName = "ward",
+        metric: MetricName = "euclidean",
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.n_warmup = n_warmup
+        self.distance_threshold = distance_threshold
+        self.linkage = linkage
+        self.metric = metric
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self._validate()
+        self.models_[GLOBAL] = np.array(model_factory(0), dtype=np.float32)
+        self.clustered_ = False
+        self.clusters_: dict[str, str] = {}
+        self.last_heights_: Float64Array | None = None
+
+    def _validate(self) -> None:
+        n_warmup = self.n_warmup
+        if isinstance(n_warmup, bool) or not isinstance(n_warmup, int | np.integer) or n_warmup < 0:
+            raise ValueError(
+                f"n_warmup must be an integer >= 0 (FedAvg rounds before clustering), got "
+                f"{n_warmup!r}; the default is 10"
+            )
+        threshold = self.distance_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, numbers.Real)
+            or not np.isfinite(float(threshold))
+            or threshold < 0
+        ):
+            raise ValueError(
+                f"distance_threshold must be a finite number >= 0, got {threshold!r}; pass "
+                "the dendrogram height at which to cut, e.g. 1.0"
+            )
+        if self.linkage not in LINKAGES:
+            raise ValueError(
+                f"linkage must be one of {', '.join(map(repr, LINKAGES))}, got "
+                f"{self.linkage!r}; the paper uses 'ward'"
+            )
+        if self.metric not in METRICS:
+            raise ValueError(
+                f"metric must be one of {', '.join(map(repr, METRICS))}, got {self.metric!r}"
+            )
+        if self.linkage == "ward" and self.metric != "euclidean":
+            raise ValueError(
+                f"linkage='ward' needs metric='euclidean', got metric={self.metric!r}; use "
+                "linkage='average', 'complete' or 'single' with cosine distances"
+            )
+
+    # -- training rounds -------------------------------------------------------------------
+
+    def is_clustering_round(self, server_round: int) -> bool:
+        """Whether ``server_round`` clusters: the first round after the warm-up not yet done."""
+        return not self.clustered_ and server_round > self.n_warmup
+
+    def configure_round(
+        self, server_round: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[FitInstruction]:
+        """Every available client in the clustering round, ``fraction`` of them otherwise."""
+        if not self.is_clustering_round(server_round):
+            return super().configure_round(server_round, available, rng)
+        pool = sorted((c for c in set(available) if c in self.client_index_), key=self._index)
+        return [FitInstruction(c, (GLOBAL,)) for c in pool]
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        return (self.model_key_for(client_id),)
+
+    def model_key_for(self, client_id: str) -> str:
+        if client_id not in self.client_index_:
+            raise KeyError(f"unknown client {client_id!r}")
+        return self.clusters_.get(client_id, GLOBAL)
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        if len({r.client_id for r in results}) != len(results):
+            raise ValueError("a client answered more than once in one round")
+        for r in results:
+            expected = self.model_key_for(r.client_id)
+            if r.model_key != expected:
+                raise ValueError(
+                    f"client {r.client_id!r} trained {r.model_key!r}, expected {expected!r}"
+                )
+        self.last_heights_ = None
+        if results and self.is_clustering_round(server_round):
+            self._cluster(server_round, results)
+            return
+        by_model: dict[str, list[FitResult]] = {}
+        for r in results:
+            by_model.setdefault(r.model_key, []).append(r)
+        for key, members in by_model.items():
+            self.models_[key] = weighted_average(
+                [r.weights for r in members], [r.num_samples for r in members]
+            )
+
+    def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
+        """Cluster the answering clients by their updates; each cluster averages its members."""
+        labels, heights = hierarchical_clusters(
+            [r.delta for r in results],
+            float(self.distance_threshold),
+            linkage_name=self.linkage,
+            metric=self.metric,
+        )
+        for position in range(int(labels.max()) + 1):
+            members = [r for r, label in zip(results, labels, strict=True) if label == position]
+            self.models_[cluster_key(position)] = weighted_average(
+                [r.weights for r in members], [r.num_samples for r in members]
+            )
+            for r in members:
+                self.clusters_[r.client_id] = cluster_key(position)
+        if len(self.clusters_) == len(self.client_ids_):
+            del self.models_[GLOBAL]
+        self.clustered_ = True
+        self.last_heights_ = heights
+        logger.debug(
+            "round %d: %d clients in %d clusters, %d unclustered",
+            server_round,
+            len(results),
+            int(labels.max()) + 1,
+            len(self.client_ids_) - len(self.clusters_),
+        )
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def round_metrics(self) -> dict[str, float]:
+        """Whether the clients are clustered (1) or not (0); just after the clustering round
+        also the number of clusters found, the number of clients clustered, and the
+        dendrogram heights on either side of ``distance_threshold`` (the highest merge
+        made and the lowest merge refused), where they exist."""
+        metrics = {"clustered": float(self.clustered_)}
+        heights = self.last_heights_
+        if heights is None:
+            return metrics
+        threshold = float(self.distance_threshold)
+        metrics["n_clusters"] = float(len(set(self.clusters_.values())))
+        metrics["clustered_clients"] = float(len(self.clusters_))
+        below, above = heights[heights <= threshold], heights[heights > threshold]
+        if below.size:
+            metrics["merge_height_below_threshold"] = float(below.max())
+        if above.size:
+            metrics["merge_height_above_threshold"] = float(above.min())
+        return metrics
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "clustered": bool(self.clustered_),
+            "clusters": [self.clusters_.get(c) for c in self.client_ids_],
+        }
+        return meta, {}
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self._validate()
+        clusters: list[str | None] = list(meta["clusters"])
+        if len(clusters) != len(self.client_ids_):
+            raise ValueError(
+                f"state lists {len(clusters)} clusters for {len(self.client_ids_)} clients"
+            )
+        needed = {GLOBAL if k is None else k for k in clusters}
+        missing = sorted(needed - set(self.models_))
+        if missing:
+            raise ValueError(f"state assigns clients to models it does not hold: {missing}")
+        self.clustered_ = bool(meta["clustered"])
+        self.clusters_ = {
+            c: k for c, k in zip(self.client_ids_, clusters, strict=True) if k is not None
+        }
+        self.last_heights_ = None
