@@ -30,6 +30,7 @@ from faultfleet.models.zoo import build_model
 from faultfleet.scoring import clustering_scores, mean_client_accuracy
 from faultfleet.simulation.config import SimConfig
 from faultfleet.simulation.fleet import InProcessFleet
+from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
 from signal_pipeline.scenarios import VibrationSettings, mixed_fault
 
@@ -108,11 +109,21 @@ def _finite(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_federation(config: SimConfig, progress: ProgressCallback | None = None) -> Federation:
-    """The federation ``config`` names, simulated from ``config.seed``."""
+    """The federation ``config`` names, simulated from ``config.seed``.
+
+    Every scenario takes ``clients_per_group``, ``windows_per_client`` and ``snr_db``; the
+    asymmetric ones (``quality-skew``, ``quantity-skew``) keep their builders' defaults for
+    everything else (:mod:`signal_pipeline.asymmetric`).
+    """
     settings = (
         VibrationSettings() if config.snr_db is None else VibrationSettings(snr_db=config.snr_db)
     )
-    return mixed_fault(
+    builder = {
+        "mixed-fault": mixed_fault,
+        "quality-skew": quality_skew,
+        "quantity-skew": quantity_skew,
+    }[config.scenario]
+    return builder(
         config.seed,
         clients_per_group=config.clients_per_group,
         windows_per_client=config.windows_per_client,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.publisher import ModelPublisher
+from edge_agent.inference import ModelIntegrityError
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import TrainConfig
@@ -67,9 +68,17 @@ def test_an_agent_moved_back_to_an_earlier_cluster_loads_that_clusters_new_model
             active = agent.diagnoser.active
             assert active is not None
             assert first.clusters == third.clusters == {"A": ["m00"]}
+
+            def stored_version() -> int | None:
+                try:
+                    saved = agent.store.load()
+                except ModelIntegrityError:  # caught between writing model.onnx and model.json
+                    return None
+                return None if saved is None else saved[1].version
+
+            wait_until(lambda: stored_version() == 3, 30, "model A v3 in the agent's store")
             saved = agent.store.load()
             assert saved is not None
-            assert saved[1].version == 3
             assert saved[1].sha256 == active.sha256
     finally:
         coordinator.stop()
