@@ -5,6 +5,10 @@ The engine only ever calls a :class:`Fleet`. The in-process simulator
 directly; the MQTT transport implements it by publishing tasks and collecting answers
 until a deadline. Clients that do not answer come back as :class:`~faultfleet.tasks.Failure`
 entries, never as exceptions.
+
+Strategies that place clients by probing them — per-sample losses of several models
+(FAACL), or the loss and gradient of every cluster model on one mini-batch (joint gradient
+and loss clustering) — need a :class:`ProbingFleet`, which adds those two task kinds.
 """
 
 from __future__ import annotations
@@ -12,7 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from faultfleet.tasks import EvaluateOutcome, EvaluateTask, FitOutcome, FitTask
+from faultfleet.tasks import (
+    EvaluateOutcome,
+    EvaluateTask,
+    FitOutcome,
+    FitTask,
+    GradientOutcome,
+    GradientTask,
+    LossesOutcome,
+    LossesTask,
+)
 
 
 class Fleet(Protocol):
@@ -32,4 +45,22 @@ class Fleet(Protocol):
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
         """Evaluate models on clients' data; one result or failure per task."""
+        ...
+
+
+class ProbingFleet(Fleet, Protocol):
+    """A :class:`Fleet` whose clients also answer probes (see :mod:`faultfleet.tasks`).
+
+    :class:`~faultfleet.simulation.fleet.InProcessFleet` implements it. The MQTT fleet does
+    not yet: it will, once the runtime's wire protocol carries losses and gradient tasks.
+    Until then a strategy that probes runs in simulation only.
+    """
+
+    def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
+        """Losses of every task's models on its split; one result or failure per task."""
+        ...
+
+    def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
+        """Mean loss and gradient of every task's models on one shared mini-batch of the
+        client's training data; one result or failure per task."""
         ...

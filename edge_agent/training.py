@@ -8,6 +8,10 @@ computation over many clients and is tested against this module.
 Weights are flat float32 vectors (:mod:`faultfleet.models.weights`); the ``model`` passed in
 only gives the architecture. :func:`local_update` trains a private copy of it and
 :func:`evaluate` calls it functionally, so the caller's module is never changed.
+
+The probes that clustering strategies send (:class:`~faultfleet.tasks.LossesTask`,
+:class:`~faultfleet.tasks.GradientTask`) have their reference primitives here too:
+:func:`per_sample_losses`, and :func:`minibatch` with :func:`loss_and_gradient`.
 """
 
 from __future__ import annotations
@@ -285,3 +289,87 @@ def choose_model(
         for w in candidates.values()
     ]
     return lowest_loss_key(list(candidates), losses), losses
+
+
+def per_sample_losses(
+    model: nn.Module,
+    weights: FloatArray,
+    data: Dataset,
+    *,
+    batch_size: int = 1024,
+    device: torch.device | None = None,
+) -> FloatArray:
+    """Cross-entropy of every sample of ``data`` under ``weights`` (FAACL's probe).
+
+    The losses of :func:`evaluate`, which this calls: eval mode, ``model`` left unchanged.
+
+    Returns
+    -------
+    array of shape (n,), float32
+        In the order of ``data``; ``data`` must be non-empty.
+    """
+    return evaluate(model, weights, data, batch_size=batch_size, device=device).losses
+
+
+def minibatch(data: Dataset, batch_size: int, seed: int) -> Dataset:
+    """``min(batch_size, len(data))`` samples drawn without replacement, seeded by ``seed``.
+
+    The same ``(len(data), batch_size, seed)`` always draws the same indices, wherever it
+    runs (``np.random.default_rng(seed).choice``).
+    """
+    if len(data) == 0:
+        raise ValueError("minibatch needs a non-empty dataset, got 0 samples")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    rng = np.random.default_rng(seed)
+    indices = rng.choice(len(data), size=min(batch_size, len(data)), replace=False)
+    return data.subset(indices.astype(np.int64, copy=False))
+
+
+def loss_and_gradient(
+    model: nn.Module,
+    weights: FloatArray,
+    x: FloatArray,
+    y: IntArray,
+    *,
+    device: torch.device | None = None,
+) -> tuple[float, FloatArray]:
+    """Mean cross-entropy on one batch and its gradient w.r.t. the flat weights.
+
+    Steps 1 and 2 of the joint gradient and loss clustering (Lin, Chen et al., §II-B,
+    eq. 1 and the back-propagation step), with the mean instead of the sum over the batch.
+    ``model`` is called functionally in eval mode, as :func:`evaluate` does, so the loss
+    equals ``evaluate(...).loss`` on the same samples and ``model`` is left unchanged.
+
+    Parameters
+    ----------
+    weights : array of shape (n_params,), float32
+        Not modified.
+    x : array of shape (b, *sample_shape), float32
+    y : array of shape (b,), int64
+        b >= 1.
+    device : torch.device, optional
+        Defaults to ``select_device("auto")``.
+
+    Returns
+    -------
+    (loss, gradient)
+        The mean loss and an array of shape (n_params,), float32, ordered like ``weights``.
+    """
+    if len(y) == 0 or len(x) != len(y):
+        raise ValueError(
+            f"loss_and_gradient needs a non-empty batch with one label per sample, got "
+            f"{len(x)} samples and {len(y)} labels"
+        )
+    device = select_device("auto") if device is None else device
+    flat = host_tensor(weights, np.float32, device).detach().requires_grad_(True)
+    params = split_weights(model, flat)
+    was_training = model.training
+    model.eval()
+    try:
+        logits = functional_call(model, params, (host_tensor(x, np.float32, device),))
+        loss = nn.functional.cross_entropy(logits, host_tensor(y, np.int64, device))
+        (gradient,) = torch.autograd.grad(loss, flat)
+    finally:
+        model.train(was_training)
+    return float(loss.item()), gradient.to("cpu", torch.float32).numpy()

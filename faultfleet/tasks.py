@@ -11,6 +11,16 @@ trains it. With several (IFCA, Ghosh et al. 2020) the client first computes the 
 of every candidate on its training data, picks the lowest (ties: the first key in the
 task's order) and trains that one; :attr:`FitResult.model_key` says which it picked.
 Evaluation tasks follow the same rule.
+
+Probe semantics
+---------------
+Probes ask a client to measure models on its data without training them, so that the
+coordinator can place the client in a cluster. A :class:`LossesTask` asks for the loss of
+every model it carries on one split, per sample (FAACL's per-sample validation losses) or
+as the mean. A :class:`GradientTask` asks for the mean loss and its gradient for every
+model on one mini-batch of the training data, the same batch for all of them (joint
+gradient and loss clustering, Lin, Chen et al., §II-B, eqs. 1 and 3). Both run in eval
+mode and leave the models unchanged; unlike fit, no candidate is chosen.
 """
 
 from __future__ import annotations
@@ -160,6 +170,82 @@ class EvaluateOutcome:
     results: tuple[EvaluateResult, ...]
     failures: tuple[Failure, ...] = ()
     extra: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LossesTask:
+    """Losses of several models on one split of one client's data."""
+
+    client_id: str
+    models: Mapping[str, FloatArray]
+    """Weight vectors of shape (n_params,), in the order the result reports them."""
+    split: Split = Split.VAL
+    per_sample: bool = True
+    """True: every sample's loss. False: only their mean (1 float per model on the wire)."""
+
+
+@dataclass(frozen=True)
+class LossesResult:
+    """A client's answer to a :class:`LossesTask`."""
+
+    client_id: str
+    losses: Mapping[str, FloatArray]
+    """Per model key, in the task's order: cross-entropy of every sample of the split, shape
+    (n,), float32, in the split's sample order; or, if the task asked for
+    ``per_sample=False``, shape (1,) holding their mean."""
+    num_samples: int
+    """n, the samples of the split."""
+
+
+@dataclass(frozen=True)
+class GradientTask:
+    """Mean loss and gradient of several models on one mini-batch of training data."""
+
+    client_id: str
+    models: Mapping[str, FloatArray]
+    """Weight vectors of shape (n_params,), in the order the result reports them."""
+    batch_size: int
+    """Samples of the mini-batch; clipped to the client's training set size."""
+    seed: int
+    """Seeds the draw of the mini-batch, without replacement, from the training data."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    """A client's answer to a :class:`GradientTask`; every model saw the same mini-batch."""
+
+    client_id: str
+    losses: Mapping[str, float]
+    """Mean cross-entropy of each model on the mini-batch. Eq. 1 of the joint gradient and
+    loss paper sums instead: multiply by ``num_samples`` for its L_{i,k}."""
+    gradients: Mapping[str, FloatArray]
+    """Gradient of each mean loss w.r.t. the flat weights, shape (n_params,), float32."""
+    num_samples: int
+    """Samples of the mini-batch (the task's batch size, clipped to the data size)."""
+
+
+@dataclass(frozen=True)
+class LossesOutcome:
+    """Everything that came back from one round of losses tasks."""
+
+    results: tuple[LossesResult, ...]
+    failures: tuple[Failure, ...] = ()
+    bytes_down: int = 0
+    bytes_up: int = 0
+
+
+@dataclass(frozen=True)
+class GradientOutcome:
+    """Everything that came back from one round of gradient tasks."""
+
+    results: tuple[GradientResult, ...]
+    failures: tuple[Failure, ...] = ()
+    bytes_down: int = 0
+    bytes_up: int = 0
 
 
 def client_seed(seed: int, server_round: int, client_id: str) -> int:

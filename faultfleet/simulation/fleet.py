@@ -7,16 +7,29 @@ computation (:func:`~faultfleet.simulation.batched_training.batched_local_update
 evaluations pool the clients that share a model
 (:func:`~faultfleet.simulation.batched_training.batched_evaluate`). Offline or unknown
 clients come back as :class:`~faultfleet.tasks.Failure` entries, as over MQTT.
+
+It is also a :class:`~coordinator.fleet.ProbingFleet`: losses probes pool the clients that
+share a model like evaluations do, and gradient probes run the reference primitives
+(:func:`~edge_agent.training.minibatch`, :func:`~edge_agent.training.loss_and_gradient`)
+client by client, model by model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
-from edge_agent.training import LocalUpdate, local_update, lowest_loss_key, select_device
+from edge_agent.training import (
+    LocalUpdate,
+    local_update,
+    loss_and_gradient,
+    lowest_loss_key,
+    minibatch,
+    select_device,
+)
 from faultfleet.simulation.batched_training import batched_evaluate, batched_local_update
 from faultfleet.tasks import (
     EvaluateOutcome,
@@ -26,12 +39,19 @@ from faultfleet.tasks import (
     FitOutcome,
     FitResult,
     FitTask,
+    GradientOutcome,
+    GradientResult,
+    GradientTask,
+    LossesOutcome,
+    LossesResult,
+    LossesTask,
     TrainConfig,
 )
 from faultfleet.types import FloatArray
 from signal_pipeline.federation import ClientData, Dataset, Federation
 
 Candidates = Mapping[str, FloatArray]
+AnyTask = FitTask | EvaluateTask | LossesTask | GradientTask
 
 
 class InProcessFleet:
@@ -156,9 +176,79 @@ class InProcessFleet:
         )
         return EvaluateOutcome(results, tuple(f for _, f in sorted(failures.items())))
 
+    def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
+        """Losses of every task's models on its split; ``server_round`` is not needed.
+
+        Every (task, model) pair is one :func:`~edge_agent.training.evaluate` request, and
+        requests for equal weights are pooled
+        (:func:`~faultfleet.simulation.batched_training.batched_evaluate`): K cluster models
+        sent to every client cost K passes. ``bytes_down`` counts every weight array of
+        every task, ``bytes_up`` the loss arrays of every result.
+        """
+
+        def problem(position: int, client: ClientData) -> str | None:
+            split = tasks[position].split
+            return None if len(client.splits()[split.value]) else f"client holds no {split} samples"
+
+        ready, failures = self._sort_out(tasks, problem)
+        data = {p: c.splits()[tasks[p].split.value] for p, c in sorted(ready.items())}
+        pairs = [(p, key) for p in data for key in tasks[p].models]
+        evaluations = batched_evaluate(
+            self.model,
+            [tasks[p].models[key] for p, key in pairs],
+            [data[p] for p, _ in pairs],
+            device=self.device,
+        )
+        losses: dict[int, dict[str, FloatArray]] = {p: {} for p in data}
+        for (p, key), e in zip(pairs, evaluations, strict=True):
+            mean = np.array([e.loss], dtype=np.float32)
+            losses[p][key] = e.losses if tasks[p].per_sample else mean
+        results = tuple(
+            LossesResult(tasks[p].client_id, losses[p], len(split)) for p, split in data.items()
+        )
+        return LossesOutcome(
+            results=results,
+            failures=tuple(f for _, f in sorted(failures.items())),
+            bytes_down=sum(int(w.nbytes) for task in tasks for w in task.models.values()),
+            bytes_up=sum(int(a.nbytes) for r in results for a in r.losses.values()),
+        )
+
+    def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
+        """Loss and gradient of every task's models on one mini-batch of its client's
+        training data, the same batch for all of them; ``server_round`` is not needed.
+
+        ``bytes_down`` counts every weight array of every task, ``bytes_up`` the gradients
+        of every result.
+        """
+        ready, failures = self._sort_out(
+            tasks, lambda _, c: "client holds no training samples" if not len(c.train) else None
+        )
+        results: list[GradientResult] = []
+        for p, client in sorted(ready.items()):
+            task = tasks[p]
+            batch = minibatch(client.train, task.batch_size, task.seed)
+            answers = {
+                key: loss_and_gradient(self.model, w, batch.x, batch.y, device=self.device)
+                for key, w in task.models.items()
+            }
+            results.append(
+                GradientResult(
+                    task.client_id,
+                    {key: loss for key, (loss, _) in answers.items()},
+                    {key: gradient for key, (_, gradient) in answers.items()},
+                    len(batch),
+                )
+            )
+        return GradientOutcome(
+            results=tuple(results),
+            failures=tuple(f for _, f in sorted(failures.items())),
+            bytes_down=sum(int(w.nbytes) for task in tasks for w in task.models.values()),
+            bytes_up=sum(int(g.nbytes) for r in results for g in r.gradients.values()),
+        )
+
     def _sort_out(
         self,
-        tasks: Sequence[FitTask | EvaluateTask],
+        tasks: Sequence[AnyTask],
         problem: Callable[[int, ClientData], str | None],
     ) -> tuple[dict[int, ClientData], dict[int, Failure]]:
         """Split task positions into reachable clients and failures, both by position.
