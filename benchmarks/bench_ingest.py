@@ -34,6 +34,10 @@ its last PUBACK; when it is close to the raw time, the raw rate is bounded by th
 and the broker, not by ``mosquitto_sub``. The broker, the publisher and the receiver share
 the machine's cores, as a coordinator sharing a gateway with its broker would.
 
+A third receiver, ``paho, no-op``, is a bare ``MqttConnection`` whose handler only counts:
+the ceiling of any paho-based receiver here, which separates paho's share of the gap from
+the coordinator's.
+
 Journal variants: ``off`` replaces ``RoundJournal.record_many`` with a no-op (not a real
 configuration; it shows the journal's share), ``shm`` puts the journal on /dev/shm
 (tmpfs), ``disk`` puts it under ``--disk-dir`` (its file system is printed). Each repeat
@@ -59,6 +63,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -261,6 +266,40 @@ def raw_run(work: Workload) -> Run:
     return Run(float(stamps[-1]) - started, acked - started, frame_bytes)
 
 
+def paho_run(work: Workload) -> Run:
+    """Deliver one frame per agent to a bare ``MqttConnection`` whose handler only counts.
+
+    The ceiling of any receiver built on paho on this machine: what is left between it and
+    ``mosquitto_sub`` is paho's pure-Python receive loop, not the coordinator's work.
+    """
+    n = len(work.agents)
+    received = threading.Event()
+    count = 0
+    last = 0.0
+
+    def on_result(topic: str, payload: bytes) -> None:
+        nonlocal count, last
+        count += 1
+        last = time.time()
+        if count == n:
+            received.set()
+
+    settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
+    connection = MqttConnection(client_id="bench-ingest-paho", settings=settings)
+    connection.route(TOPICS.all_results(), on_result)
+    connection.start()
+    try:
+        if not (connection.wait_connected(30) and connection.wait_subscribed(30)):
+            raise RuntimeError(f"paho receiver could not subscribe on {connection.broker_address}")
+        work.pipe.send(("run", "raw", *work.command))
+        if not received.wait(WAIT_S):
+            raise TimeoutError(f"paho receiver got {count} of {n} messages")
+        _, started, acked, frame_bytes = _expect(work.pipe, "done")
+    finally:
+        connection.stop()
+    return Run(last - started, acked - started, frame_bytes)
+
+
 def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run:
     """One round of ``MqttFleet.fit`` over the agents, on a fresh coordinator connection."""
     settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
@@ -430,15 +469,18 @@ def measure_model(
             journal_dir = stack.enter_context(tempfile.TemporaryDirectory(dir=root))
             journals[kind] = TimedJournal(Path(journal_dir) / "journal", enabled=kind != "off")
         raw_run(work)
+        paho_run(work)
         fleet_round(work, TimedJournal(folder / "warm-up", enabled=False), 1)
-        runs: dict[str, list[Run]] = {"raw": [], **{kind: [] for kind in journals}}
+        runs: dict[str, list[Run]] = {"raw": [], "paho": [], **{kind: [] for kind in journals}}
         for repeat in range(args.repeats):
             runs["raw"].append(raw_run(work))
+            runs["paho"].append(paho_run(work))
             for kind, journal in journals.items():
                 runs[kind].append(fleet_round(work, journal, server_round=repeat + 2))
     raw = runs.pop("raw")
     raw_rate = n / statistics.median(r.seconds for r in raw)
     print(row(model, "mosquitto_sub", "-", n, raw, raw_rate), flush=True)
+    print(row(model, "paho, no-op", "-", n, runs.pop("paho"), raw_rate), flush=True)
     for kind, measured in runs.items():
         print(row(model, "MqttFleet.fit", kind, n, measured, raw_rate), flush=True)
 
