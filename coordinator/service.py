@@ -133,7 +133,6 @@ class CoordinatorService:
         self.engine: RoundEngine | None = None
         self.publisher: ModelPublisher | None = None
         self.summary: RunSummary | None = None
-        self._saved_service: dict[str, Any] = {}
         self._chosen_keys: dict[str, str] = {}
         self.registry = AgentRegistry(on_offline=self._agent_offline)
         will = CoordinatorStatus(state="offline").model_dump_json().encode()
@@ -216,8 +215,8 @@ class CoordinatorService:
 
     def _setup(self, stop: threading.Event) -> bool:
         run = self.settings.run
-        resumed = has_state(self.engine_dir)
-        if resumed:
+        saved: dict[str, Any] | None = None
+        if has_state(self.engine_dir):
             state = load_state(self.engine_dir)
             service = state.meta.get("service")
             if not isinstance(service, dict):
@@ -227,7 +226,7 @@ class CoordinatorService:
                 )
             self._check_compatible(service)
             run_id, clients = str(service["run_id"]), list(service["clients"])
-            self._saved_service = service
+            saved = service
         else:
             waited = self._wait_for_agents(stop)
             if waited is None:
@@ -262,21 +261,25 @@ class CoordinatorService:
         self.publisher = ModelPublisher(
             self.connection, self.topics, self.spec, run.class_names, run_id, clock=self.clock
         )
-        self.summary = RunSummary(
-            run_id=run_id, strategy=run.strategy, rounds=run.rounds, agents=clients
-        )
-        if resumed:
+        if saved is None:
+            self.summary = RunSummary(
+                run_id=run_id, strategy=run.strategy, rounds=run.rounds, agents=clients
+            )
+        else:
             self.engine.restore(state)
-            self.summary = RunSummary(**self._saved_service["summary"])
-            self.publisher.published_clusters = set(self._saved_service.get("published", []))
+            self.summary = RunSummary(**saved["summary"])
+            self.publisher.published_clusters = set(saved.get("published", []))
             logger.info("resumed run %s at round %d", run_id, self.engine.server_round)
         self._publish_status("online")
         return True
 
     def _parts(self) -> _Live:
-        if self.engine is None or self.fleet is None or self.publisher is None:
-            raise RuntimeError("the coordinator service is not set up yet; call run()")
-        if self.summary is None:
+        if (
+            self.engine is None
+            or self.fleet is None
+            or self.publisher is None
+            or self.summary is None
+        ):
             raise RuntimeError("the coordinator service is not set up yet; call run()")
         return _Live(self.engine, self.fleet, self.publisher, self.summary)
 
