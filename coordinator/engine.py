@@ -3,6 +3,8 @@
 The engine does not know how it talks to clients (in process or over MQTT) nor how clients
 are clustered (the :class:`~coordinator.strategies.base.Strategy` decides). Per round it
 
+0. for strategies that probe clients, runs probe steps until the strategy has what it
+   needs (``configure_probe`` / ``aggregate_probe``),
 1. asks the strategy which clients to sample among the available ones and which model
    each trains (``configure_round``),
 2. fills in the weights, the training configuration and a per-client seed derived from the
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, ProbingFleet
 from coordinator.state import EngineState
 from coordinator.strategies.base import ModelFactory, Strategy, StrategyState
 from faultfleet.scoring import mean_client_accuracy
@@ -31,7 +33,14 @@ from faultfleet.tasks import (
     EvaluateResult,
     EvaluateTask,
     Failure,
+    FitInstruction,
     FitTask,
+    GradientInstruction,
+    GradientTask,
+    LossesInstruction,
+    LossesTask,
+    ProbeInstructions,
+    Proximal,
     Split,
     TrainConfig,
     client_seed,
@@ -54,6 +63,8 @@ class RoundReport:
     bytes_up: int
     train_loss: float
     """Sample-weighted mean training loss of the clients that answered (nan if none)."""
+    probe_steps: int = 0
+    """Probe steps run before training (strategies that probe clients)."""
 
 
 @dataclass(frozen=True)
@@ -108,22 +119,19 @@ class RoundEngine:
         self.seed = seed
         self.server_round = 0
         self.rng = np.random.default_rng(seed)
+        if strategy.probes and not isinstance(fleet, ProbingFleet):
+            raise TypeError(
+                f"strategy {strategy.name!r} probes clients (losses and gradient tasks), but "
+                f"{type(fleet).__name__} does not carry probes"
+            )
         strategy.initialize(fleet.client_ids(), model_factory)
 
     def run_round(self) -> RoundReport:
         """Run the next round; returns its report."""
         server_round = self.server_round + 1
+        probe_steps, probe_down, probe_up, probe_failures = self._probe(server_round)
         instructions = self.strategy.configure_round(server_round, self.fleet.available(), self.rng)
-        models = self.strategy.models
-        tasks = [
-            FitTask(
-                client_id=i.client_id,
-                models={key: models[key] for key in i.model_keys},
-                config=self.train_config,
-                seed=client_seed(self.seed, server_round, i.client_id),
-            )
-            for i in instructions
-        ]
+        tasks = self._fit_tasks(server_round, instructions)
         outcome = self.fleet.fit(server_round, tasks) if tasks else None
         results = outcome.results if outcome else ()
         failures = outcome.failures if outcome else ()
@@ -132,17 +140,104 @@ class RoundEngine:
         counts = np.array([r.num_samples for r in results], dtype=np.float64)
         losses = np.array([r.train_loss for r in results], dtype=np.float64)
         train_loss = float(losses @ counts / counts.sum()) if counts.sum() > 0 else float("nan")
-        for failure in failures:
+        for failure in (*probe_failures, *failures):
             logger.debug("round %d: %s failed: %s", server_round, failure.client_id, failure.reason)
         return RoundReport(
             server_round=server_round,
-            sampled=tuple(i.client_id for i in instructions),
-            answered=tuple(r.client_id for r in results),
-            failures=tuple(failures),
-            bytes_down=outcome.bytes_down if outcome else 0,
-            bytes_up=outcome.bytes_up if outcome else 0,
+            sampled=tuple(dict.fromkeys(i.client_id for i in instructions)),
+            answered=tuple(dict.fromkeys(r.client_id for r in results)),
+            failures=(*probe_failures, *failures),
+            bytes_down=probe_down + (outcome.bytes_down if outcome else 0),
+            bytes_up=probe_up + (outcome.bytes_up if outcome else 0),
             train_loss=train_loss,
+            probe_steps=probe_steps,
         )
+
+    def _fit_tasks(
+        self, server_round: int, instructions: Sequence[FitInstruction]
+    ) -> list[FitTask]:
+        """Fill the weights, configuration, seed and proximal targets into instructions.
+
+        A client with several tasks in one round gets one seed per task (its model keys
+        join the seed's derivation), so its trainings do not share a batch order.
+        """
+        models = self.strategy.models
+        per_client: dict[str, int] = {}
+        for i in instructions:
+            per_client[i.client_id] = per_client.get(i.client_id, 0) + 1
+        tasks = []
+        for i in instructions:
+            name = i.client_id
+            if per_client[name] > 1:
+                name = f"{i.client_id}/{'+'.join(i.model_keys)}"
+            tasks.append(
+                FitTask(
+                    client_id=i.client_id,
+                    models={key: models[key] for key in i.model_keys},
+                    config=self.train_config,
+                    seed=client_seed(self.seed, server_round, name),
+                    proximal=tuple(
+                        Proximal(models[term.model_key], term.strength, term.part)
+                        for term in i.proximal
+                    ),
+                )
+            )
+        return tasks
+
+    def _probe(self, server_round: int) -> tuple[int, int, int, tuple[Failure, ...]]:
+        """Run the strategy's probe steps; returns (steps, bytes down, bytes up, failures)."""
+        steps = bytes_down = bytes_up = 0
+        failures: list[Failure] = []
+        while True:
+            request = self.strategy.configure_probe(
+                server_round, steps, self.fleet.available(), self.rng
+            )
+            if not request:
+                return steps, bytes_down, bytes_up, tuple(failures)
+            assert isinstance(self.fleet, ProbingFleet)  # checked in __init__
+            outcome = self._run_probe(server_round, steps, request)
+            self.strategy.aggregate_probe(server_round, steps, outcome[0], outcome[1])
+            failures.extend(outcome[1])
+            bytes_down += outcome[2]
+            bytes_up += outcome[3]
+            steps += 1
+
+    def _run_probe(
+        self, server_round: int, step: int, request: ProbeInstructions
+    ) -> tuple[Any, tuple[Failure, ...], int, int]:
+        fleet = self.fleet
+        assert isinstance(fleet, ProbingFleet)
+        models = self.strategy.models
+        if all(isinstance(i, LossesInstruction) for i in request):
+            losses_tasks = [
+                LossesTask(i.client_id, {k: models[k] for k in i.model_keys}, i.split, i.per_sample)
+                for i in request
+                if isinstance(i, LossesInstruction)
+            ]
+            losses = fleet.losses(server_round, losses_tasks)
+            ordered = sorted(losses.results, key=lambda r: self._order(r.client_id))
+            return ordered, losses.failures, losses.bytes_down, losses.bytes_up
+        if all(isinstance(i, GradientInstruction) for i in request):
+            gradient_tasks = [
+                GradientTask(
+                    i.client_id,
+                    {k: models[k] for k in i.model_keys},
+                    i.batch_size,
+                    client_seed(self.seed, server_round, f"{i.client_id}#probe{step}"),
+                )
+                for i in request
+                if isinstance(i, GradientInstruction)
+            ]
+            gradients = fleet.gradients(server_round, gradient_tasks)
+            ordered_g = sorted(gradients.results, key=lambda r: self._order(r.client_id))
+            return ordered_g, gradients.failures, gradients.bytes_down, gradients.bytes_up
+        raise TypeError(
+            f"strategy {self.strategy.name!r} mixed losses and gradient instructions in one "
+            "probe step; send one kind per step"
+        )
+
+    def _order(self, client_id: str) -> int:
+        return self.strategy.client_index_.get(client_id, len(self.strategy.client_index_))
 
     def evaluate(
         self, split: Split = Split.TEST, client_ids: Sequence[str] | None = None

@@ -14,7 +14,7 @@ and loss clustering) — need a :class:`ProbingFleet`, which adds those two task
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from faultfleet.tasks import (
     EvaluateOutcome,
@@ -48,12 +48,11 @@ class Fleet(Protocol):
         ...
 
 
+@runtime_checkable
 class ProbingFleet(Fleet, Protocol):
     """A :class:`Fleet` whose clients also answer probes (see :mod:`faultfleet.tasks`).
 
-    :class:`~faultfleet.simulation.fleet.InProcessFleet` implements it. The MQTT fleet does
-    not yet: it will, once the runtime's wire protocol carries losses and gradient tasks.
-    Until then a strategy that probes runs in simulation only.
+    :class:`~faultfleet.simulation.fleet.InProcessFleet` and the MQTT fleet implement it.
     """
 
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:

@@ -26,8 +26,13 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from faultfleet.models.weights import flatten_weights, load_weights, split_weights
-from faultfleet.tasks import TrainConfig
+from faultfleet.models.weights import (
+    embedding_mask,
+    flatten_weights,
+    load_weights,
+    split_weights,
+)
+from faultfleet.tasks import Proximal, TrainConfig
 from faultfleet.types import FloatArray, IntArray
 from signal_pipeline.federation import Dataset
 
@@ -108,6 +113,44 @@ class LocalUpdate:
     its optimiser step."""
 
 
+def proximal_pull(
+    model: nn.Module, terms: Sequence[Proximal]
+) -> tuple[FloatArray, FloatArray] | None:
+    """The proximal terms of a fit task as one linear pull: gradient += c·θ − b.
+
+    ``c = Σ strength·mask`` and ``b = Σ strength·mask·target`` over the terms, where mask
+    selects the parameters a term covers (:func:`~faultfleet.models.weights.embedding_mask`
+    for ``part="embedding"``); the sum of the terms' gradients
+    ``strength·mask·(θ − target)`` is then ``c·θ − b``. None when there are no terms.
+
+    Raises
+    ------
+    ValueError
+        If a target does not fit the model.
+    """
+    if not terms:
+        return None
+    size = sum(p.numel() for p in model.parameters())
+    coefficient = np.zeros(size, dtype=np.float64)
+    offset = np.zeros(size, dtype=np.float64)
+    mask: FloatArray | None = None
+    for term in terms:
+        if term.target.shape != (size,):
+            raise ValueError(
+                f"a proximal target of shape {term.target.shape} does not fit a model with "
+                f"{size} parameters"
+            )
+        if term.part == "embedding":
+            if mask is None:
+                mask = embedding_mask(model).astype(np.float64)
+            weight = term.strength * mask
+        else:
+            weight = np.full(size, term.strength)
+        coefficient += weight
+        offset += weight * term.target
+    return coefficient.astype(np.float32), offset.astype(np.float32)
+
+
 def _optimizer(parameters: Iterator[nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
     if config.optimizer == "adam":
         return torch.optim.Adam(parameters, lr=config.learning_rate)
@@ -121,6 +164,7 @@ def local_update(
     config: TrainConfig,
     seed: int,
     device: torch.device | None = None,
+    proximal: Sequence[Proximal] = (),
 ) -> LocalUpdate:
     """Train ``config.epochs`` epochs from ``weights`` on ``data`` (FLACC Alg. 1, line 7).
 
@@ -139,14 +183,18 @@ def local_update(
         Seeds the batch order (:func:`batch_schedule`).
     device : torch.device, optional
         Defaults to ``select_device("auto")``.
+    proximal : Proximal terms
+        Added to every step's gradient (:func:`proximal_pull`); the reported loss is the
+        cross-entropy alone.
 
     Raises
     ------
     ValueError
-        If ``data`` is empty or ``weights`` does not fit ``model``.
+        If ``data`` is empty or ``weights`` (or a proximal target) does not fit ``model``.
     """
     if len(data) == 0:
         raise ValueError("local_update needs a non-empty training dataset, got 0 samples")
+    pull = proximal_pull(model, proximal)
     device = select_device("auto") if device is None else device
     work = copy.deepcopy(model).to(device)
     load_weights(work, weights)
@@ -157,6 +205,7 @@ def local_update(
     indices = host_tensor(np.concatenate(schedule), np.int64, device)
     last_epoch_start = len(schedule) // config.epochs * (config.epochs - 1)
     optimizer = _optimizer(work.parameters(), config)
+    pulls = _split_pull(work, pull, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     offset = 0
     for step, batch in enumerate(schedule):
@@ -165,12 +214,34 @@ def local_update(
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(work(x[index]), y[index])
         loss.backward()  # type: ignore[no-untyped-call]
+        for parameter, (c, b) in pulls:
+            assert parameter.grad is not None
+            parameter.grad.add_(c * parameter.detach() - b)
         optimizer.step()
         if step >= last_epoch_start:
             loss_sum += loss.detach().double() * len(batch)
     new_weights = flatten_weights(work)
     delta = new_weights - np.asarray(weights, dtype=np.float32)
     return LocalUpdate(new_weights, delta, len(data), float(loss_sum.item()) / len(data))
+
+
+def _split_pull(
+    model: nn.Module, pull: tuple[FloatArray, FloatArray] | None, device: torch.device
+) -> list[tuple[nn.Parameter, tuple[torch.Tensor, torch.Tensor]]]:
+    """(parameter, (c, b)) per parameter of ``model``, shaped like it; empty without a pull."""
+    if pull is None:
+        return []
+    c_all = host_tensor(pull[0], np.float32, device)
+    b_all = host_tensor(pull[1], np.float32, device)
+    pieces = []
+    offset = 0
+    for parameter in model.parameters():
+        n = parameter.numel()
+        c = c_all[offset : offset + n].reshape(parameter.shape)
+        b = b_all[offset : offset + n].reshape(parameter.shape)
+        pieces.append((parameter, (c, b)))
+        offset += n
+    return pieces
 
 
 @dataclass(frozen=True)

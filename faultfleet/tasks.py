@@ -21,12 +21,27 @@ as the mean. A :class:`GradientTask` asks for the mean loss and its gradient for
 model on one mini-batch of the training data, the same batch for all of them (joint
 gradient and loss clustering, Lin, Chen et al., §II-B, eqs. 1 and 3). Both run in eval
 mode and leave the models unchanged; unlike fit, no candidate is chosen.
+
+Several fit tasks per client
+----------------------------
+A strategy may send one client several fit tasks in one round, each for a different model:
+FAACL's cluster training (Algorithm 6) has a device train its own cluster's model and, on
+behalf of every cluster it supports, that cluster's model too. Results say which model
+they trained (:attr:`FitResult.model_key`).
+
+Proximal terms
+--------------
+A fit task may carry :class:`Proximal` terms: during local training each adds
+``strength · (θ − target)`` to the gradient of the parameters it covers, the gradient of
+``strength/2 · ‖θ − target‖²`` (FedAC's intra-cluster μ term over the whole model and its
+global-embedding λ term over the embedding part, Zhang et al. eq. 3 and Algorithm 1,
+LocalUpdate line 4). The reported training loss is the cross-entropy alone.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -36,6 +51,11 @@ import numpy as np
 from faultfleet.types import FloatArray
 
 OptimizerName = Literal["sgd", "adam"]
+
+ModelPart = Literal["all", "embedding"]
+"""Which parameters a proximal term covers: every one, or the embedding — every parameter
+except those of the model's last linear layer, the decision part
+(:func:`faultfleet.models.weights.embedding_mask`)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,45 @@ class Split(StrEnum):
     TEST = "test"
 
 
+def _check_part(part: str) -> None:
+    if part not in ("all", "embedding"):
+        raise ValueError(f"part must be 'all' or 'embedding', got {part!r}")
+
+
+def _check_strength(strength: float) -> None:
+    if not (strength >= 0.0 and np.isfinite(strength)):
+        raise ValueError(f"strength must be a finite number >= 0, got {strength!r}")
+
+
+@dataclass(frozen=True)
+class ProximalTerm:
+    """A strategy's request to pull a client's training towards one of its models."""
+
+    model_key: str
+    """The model whose weights are the target."""
+    strength: float
+    """The coefficient (μ or λ of FedAC eq. 3)."""
+    part: ModelPart = "all"
+
+    def __post_init__(self) -> None:
+        _check_strength(self.strength)
+        _check_part(self.part)
+
+
+@dataclass(frozen=True)
+class Proximal:
+    """A proximal term of a fit task, with its target weights filled in."""
+
+    target: FloatArray
+    """Shape (n_params,), float32; entries outside :attr:`part` are ignored."""
+    strength: float
+    part: ModelPart = "all"
+
+    def __post_init__(self) -> None:
+        _check_strength(self.strength)
+        _check_part(self.part)
+
+
 @dataclass(frozen=True)
 class FitInstruction:
     """A strategy's answer to "which model does this client train this round"."""
@@ -81,10 +140,42 @@ class FitInstruction:
     client_id: str
     model_keys: tuple[str, ...]
     """One key: train that model. Several: the client picks the lowest-loss one (IFCA)."""
+    proximal: tuple[ProximalTerm, ...] = ()
+    """Terms added to the local objective (see the module docstring)."""
 
     def __post_init__(self) -> None:
         if not self.model_keys:
             raise ValueError(f"fit instruction for {self.client_id!r} names no model")
+
+
+@dataclass(frozen=True)
+class LossesInstruction:
+    """A strategy's request for the losses of some of its models on a client's split."""
+
+    client_id: str
+    model_keys: tuple[str, ...]
+    split: Split = Split.VAL
+    per_sample: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.model_keys:
+            raise ValueError(f"losses instruction for {self.client_id!r} names no model")
+
+
+@dataclass(frozen=True)
+class GradientInstruction:
+    """A strategy's request for the loss and gradient of some of its models on one
+    mini-batch of a client's training data (the engine derives the batch seed)."""
+
+    client_id: str
+    model_keys: tuple[str, ...]
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        if not self.model_keys:
+            raise ValueError(f"gradient instruction for {self.client_id!r} names no model")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
 
 @dataclass(frozen=True)
@@ -108,6 +199,8 @@ class FitTask:
     config: TrainConfig
     seed: int
     """Seeds the client's batch order, so a round is reproducible wherever it runs."""
+    proximal: tuple[Proximal, ...] = ()
+    """Terms added to the local objective (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +339,12 @@ class GradientOutcome:
     failures: tuple[Failure, ...] = ()
     bytes_down: int = 0
     bytes_up: int = 0
+
+
+ProbeInstructions = Sequence[LossesInstruction] | Sequence[GradientInstruction]
+"""What a strategy asks for in one probe step: all losses or all gradient instructions."""
+
+ProbeResults = Sequence[LossesResult] | Sequence[GradientResult]
 
 
 def client_seed(seed: int, server_round: int, client_id: str) -> int:

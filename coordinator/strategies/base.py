@@ -21,7 +21,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from faultfleet.tasks import EvaluateInstruction, EvaluateResult, Failure, FitInstruction, FitResult
+from faultfleet.tasks import (
+    EvaluateInstruction,
+    EvaluateResult,
+    Failure,
+    FitInstruction,
+    FitResult,
+    ProbeInstructions,
+    ProbeResults,
+)
 from faultfleet.types import FloatArray
 
 ModelFactory = Callable[[int], FloatArray]
@@ -54,6 +62,9 @@ class Strategy(ABC):
     full_participation: ClassVar[bool] = False
     """True for strategies that need every client in every round (CFL); the run's client
     fraction does not apply to them."""
+    probes: ClassVar[bool] = False
+    """True for strategies that probe clients (:meth:`configure_probe`); they need a
+    :class:`~coordinator.fleet.ProbingFleet`."""
 
     def __init__(self, *, fraction: float = 0.25) -> None:
         self.fraction = fraction
@@ -76,6 +87,30 @@ class Strategy(ABC):
     @abstractmethod
     def _initialize(self, model_factory: ModelFactory) -> None:
         """Create ``self.models_`` and any strategy state."""
+
+    # -- probes ----------------------------------------------------------------------------
+
+    def configure_probe(
+        self, server_round: int, step: int, available: Sequence[str], rng: np.random.Generator
+    ) -> ProbeInstructions | None:
+        """Probe step ``step`` (0, 1, ...) of ``server_round``, before its training.
+
+        The engine calls this with step 0, 1, ... until it returns None or an empty list,
+        runs each non-empty request on the fleet (all :class:`~faultfleet.tasks.
+        LossesInstruction` or all :class:`~faultfleet.tasks.GradientInstruction`) and hands
+        the answers to :meth:`aggregate_probe`. The default asks for nothing.
+        """
+        return None
+
+    def aggregate_probe(
+        self,
+        server_round: int,
+        step: int,
+        results: ProbeResults,
+        failures: Sequence[Failure],
+    ) -> None:
+        """Take in the answers to probe step ``step``; results are in registration order."""
+        raise NotImplementedError(f"strategy {self.name!r} asked for probes it cannot take in")
 
     # -- training rounds -------------------------------------------------------------------
 
@@ -114,11 +149,18 @@ class Strategy(ABC):
     ) -> None:
         """Fold the clients' updates into the models.
 
-        Results are validated (known client, known model, right length) and sorted by client
-        registration order, so the aggregate does not depend on the order of arrival.
+        Results are validated (known client, known model, right length, at most one per
+        client and model) and sorted by client registration order, then model key, so the
+        aggregate does not depend on the order of arrival.
         """
         size = self._model_size()
+        seen: set[tuple[str, str]] = set()
         for r in results:
+            if (r.client_id, r.model_key) in seen:
+                raise ValueError(
+                    f"client {r.client_id!r} answered more than once for model {r.model_key!r}"
+                )
+            seen.add((r.client_id, r.model_key))
             if r.client_id not in self.client_index_:
                 raise ValueError(f"result from unknown client {r.client_id!r}")
             if r.model_key not in self.models_:
@@ -128,7 +170,7 @@ class Strategy(ABC):
                     f"client {r.client_id!r} sent weights of shape {r.weights.shape}, "
                     f"expected ({size},)"
                 )
-        ordered = sorted(results, key=lambda r: self._index(r.client_id))
+        ordered = sorted(results, key=lambda r: (self._index(r.client_id), r.model_key))
         self._aggregate(server_round, ordered, failures)
 
     @abstractmethod

@@ -70,3 +70,33 @@ def split_weights(module: nn.Module, weights: torch.Tensor) -> dict[str, torch.T
         named[name] = weights[..., offset : offset + n].reshape(*lead, *p.shape)
         offset += n
     return named
+
+
+def embedding_mask(module: nn.Module) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:
+    """Which entries of the flat weight vector belong to the embedding, shape (n_params,).
+
+    FedAC (Zhang et al., §4.2 and §5.1) splits a network into the embedding φ — every layer
+    but the last fully connected one — and the decision h, that last layer. The mask is
+    True on φ's entries and False on h's (the weight and bias of the module's last
+    ``nn.Linear``), in :func:`flatten_weights` order.
+
+    Raises
+    ------
+    ValueError
+        If the module has no linear layer to act as the decision part.
+    """
+    last = None
+    for module_name, child in module.named_modules():
+        if isinstance(child, nn.Linear):
+            last = module_name
+    if last is None:
+        raise ValueError(
+            f"{type(module).__name__} has no nn.Linear layer, so it has no decision part to "
+            "split from its embedding"
+        )
+    prefix = f"{last}." if last else ""
+    parts = [
+        np.full(p.numel(), not name.startswith(prefix), dtype=np.bool_)
+        for name, p in module.named_parameters()
+    ]
+    return np.concatenate(parts)

@@ -34,12 +34,13 @@ from edge_agent.training import (
     batch_schedule,
     evaluate,
     host_tensor,
+    proximal_pull,
     select_device,
 )
 from faultfleet.models.weights import parameter_count, split_weights
 from faultfleet.simulation.stacked_forward import StepFunction, stacked_step_function
 from faultfleet.simulation.stacked_optim import StackedOptimizer
-from faultfleet.tasks import TrainConfig
+from faultfleet.tasks import Proximal, TrainConfig
 from faultfleet.types import FloatArray, IntArray
 from signal_pipeline.federation import Dataset
 
@@ -120,6 +121,7 @@ def _train_group(
     config: TrainConfig,
     step: StepFunction,
     device: torch.device,
+    pulls: Sequence[tuple[FloatArray, FloatArray] | None],
 ) -> list[LocalUpdate]:
     sizes = [len(d) for d in datasets]
     plan = LockstepPlan.build(schedules, sizes, config.epochs)
@@ -132,9 +134,12 @@ def _train_group(
     params = torch.from_numpy(start.copy()).to(device)
     optimizer = StackedOptimizer(config, (params.shape[0], params.shape[1]), device)
     loss_sum = torch.zeros(len(weights), dtype=torch.float64, device=device)
+    pull = _stack_pulls(pulls, params.shape[1], device)
     for s, active in enumerate(plan.active.tolist()):
         index = indices[s, :active]
         grads, losses = step(params[:active], x[index], y[index], mask[s, :active])
+        if pull is not None:
+            grads = grads + pull[0][:active] * params[:active] - pull[1][:active]
         optimizer.step(params, grads, active)
         loss_sum[:active] += losses.double() * loss_weight[s, :active]
     trained = params.cpu().numpy()
@@ -145,6 +150,18 @@ def _train_group(
     ]
 
 
+def _stack_pulls(
+    pulls: Sequence[tuple[FloatArray, FloatArray] | None], size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Per-client pulls (c, b) as two (k, n_params) tensors; None if no client has one."""
+    if all(p is None for p in pulls):
+        return None
+    zero = np.zeros(size, dtype=np.float32)
+    c = np.stack([zero if p is None else p[0] for p in pulls])
+    b = np.stack([zero if p is None else p[1] for p in pulls])
+    return host_tensor(c, np.float32, device), host_tensor(b, np.float32, device)
+
+
 def batched_local_update(
     model: nn.Module,
     weights: Sequence[FloatArray],
@@ -153,6 +170,7 @@ def batched_local_update(
     seeds: Sequence[int],
     device: torch.device | None = None,
     max_group: int | None = None,
+    proximal: Sequence[Sequence[Proximal]] | None = None,
 ) -> list[LocalUpdate]:
     """Local updates of k clients, equal (to float rounding) to k calls of ``local_update``.
 
@@ -173,6 +191,8 @@ def batched_local_update(
     max_group : int, optional
         Train at most this many clients at once (memory); results do not depend on it.
         Default: all k together.
+    proximal : k sequences of Proximal terms, optional
+        Each client's proximal terms, as for ``local_update``.
 
     Returns
     -------
@@ -187,6 +207,9 @@ def batched_local_update(
         )
     if max_group is not None and max_group < 1:
         raise ValueError(f"max_group must be >= 1 or None, got {max_group}")
+    terms = [()] * k if proximal is None else list(proximal)
+    if len(terms) != k:
+        raise ValueError(f"need one sequence of proximal terms per client, got {len(terms)}")
     empty = [i for i, d in enumerate(datasets) if len(d) == 0]
     if empty:
         raise ValueError(f"clients at positions {empty} have empty training datasets")
@@ -198,6 +221,7 @@ def batched_local_update(
         )
     if k == 0:
         return []
+    pulls = [proximal_pull(model, t) for t in terms]
     device = select_device("auto") if device is None else device
     schedules = [
         batch_schedule(len(d), config.epochs, config.batch_size, seed)
@@ -220,6 +244,7 @@ def batched_local_update(
                 config,
                 step,
                 device,
+                [pulls[i] for i in members],
             )
             updates.update(zip(members, trained, strict=True))
     finally:

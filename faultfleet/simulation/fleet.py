@@ -45,6 +45,7 @@ from faultfleet.tasks import (
     LossesOutcome,
     LossesResult,
     LossesTask,
+    Proximal,
     TrainConfig,
 )
 from faultfleet.types import FloatArray
@@ -135,6 +136,7 @@ class InProcessFleet:
                 [ready[p].train for p in positions],
                 config,
                 [tasks[p].seed for p in positions],
+                [tasks[p].proximal for p in positions],
             )
             updates.update(zip(positions, trained, strict=True))
         results = tuple(
@@ -301,12 +303,20 @@ class InProcessFleet:
         datasets: list[Dataset],
         config: TrainConfig,
         seeds: list[int],
+        proximal: list[tuple[Proximal, ...]],
     ) -> list[LocalUpdate]:
         if self.batched:
             return batched_local_update(
-                self.model, weights, datasets, config, seeds, self.device, self.max_group
+                self.model,
+                weights,
+                datasets,
+                config,
+                seeds,
+                self.device,
+                self.max_group,
+                proximal=proximal,
             )
         return [
-            local_update(self.model, w, d, config, s, self.device)
-            for w, d, s in zip(weights, datasets, seeds, strict=True)
+            local_update(self.model, w, d, config, s, self.device, proximal=prox)
+            for w, d, s, prox in zip(weights, datasets, seeds, proximal, strict=True)
         ]
