@@ -5,6 +5,10 @@ model halfway to the target plus a little seeded noise, so clients of a group se
 updates and groups send different ones; with several candidates a client picks the one
 closest to its target (the analogue of the lowest loss). Accuracy is a decreasing
 function of the distance to the target.
+
+It also answers probes (it is a ProbingFleet): a model's loss on a client is
+``0.5·‖w − target‖²``, per sample scaled by a seeded factor around 1 (``val_samples`` per
+client), and its gradient is ``w − target``. Proximal terms of fit tasks are ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ from faultfleet.tasks import (
     FitOutcome,
     FitResult,
     FitTask,
+    GradientOutcome,
+    GradientResult,
+    GradientTask,
+    LossesOutcome,
+    LossesResult,
+    LossesTask,
 )
 from faultfleet.types import FloatArray
 
@@ -36,6 +46,7 @@ class SyntheticFleet:
         seed: int = 0,
         noise: float = 0.05,
         offline: Sequence[str] = (),
+        val_samples: int = 30,
     ) -> None:
         rng = np.random.default_rng(seed)
         n_groups = max(groups) + 1
@@ -46,6 +57,7 @@ class SyntheticFleet:
         self.noise = noise
         self.offline = set(offline)
         self.fit_calls: list[list[str]] = []
+        self.val_samples = val_samples
 
     def target(self, client_id: str) -> FloatArray:
         target: FloatArray = self.targets[self.groups[self.ids.index(client_id)]]
@@ -102,6 +114,42 @@ class SyntheticFleet:
                 )
             )
         return EvaluateOutcome(tuple(results))
+
+
+    def _loss(self, client_id: str, weights: FloatArray) -> float:
+        return 0.5 * float(np.sum((weights - self.target(client_id)) ** 2))
+
+    def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
+        results, failures = [], []
+        for task in tasks:
+            if task.client_id in self.offline:
+                failures.append(Failure(task.client_id, "offline"))
+                continue
+            index = self.ids.index(task.client_id)
+            scale = np.random.default_rng([index, 7]).uniform(0.8, 1.2, self.val_samples)
+            answers = {}
+            for key, w in task.models.items():
+                per_sample = (self._loss(task.client_id, w) * scale).astype(np.float32)
+                answers[key] = per_sample if task.per_sample else per_sample.mean(keepdims=True)
+            results.append(LossesResult(task.client_id, answers, self.val_samples))
+        return LossesOutcome(tuple(results), tuple(failures))
+
+    def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
+        results, failures = [], []
+        for task in tasks:
+            if task.client_id in self.offline:
+                failures.append(Failure(task.client_id, "offline"))
+                continue
+            target = self.target(task.client_id)
+            results.append(
+                GradientResult(
+                    task.client_id,
+                    {k: self._loss(task.client_id, w) for k, w in task.models.items()},
+                    {k: (w - target).astype(np.float32) for k, w in task.models.items()},
+                    min(task.batch_size, self.sizes[task.client_id]),
+                )
+            )
+        return GradientOutcome(tuple(results), tuple(failures))
 
 
 def seeded_factory(dim: int = 8) -> Callable[[int], FloatArray]:
