@@ -52,7 +52,11 @@ class Fleet(Protocol):
 class ProbingFleet(Fleet, Protocol):
     """A :class:`Fleet` whose clients also answer probes (see :mod:`faultfleet.tasks`).
 
-    :class:`~faultfleet.simulation.fleet.InProcessFleet` and the MQTT fleet implement it.
+    :class:`~faultfleet.simulation.fleet.InProcessFleet` and
+    :class:`~coordinator.mqtt_fleet.MqttFleet` implement it. Probes fail as evaluations do:
+    a client that does not answer in time (over MQTT: by the round deadline, or at once
+    when its last will fires) comes back as a :class:`~faultfleet.tasks.Failure`, never as
+    an exception, and a probe has no quorum.
     """
 
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:

@@ -1,43 +1,41 @@
-"""A :class:`~coordinator.fleet.Fleet` whose clients are edge agents reached over MQTT.
+"""A :class:`~coordinator.fleet.ProbingFleet` whose clients are edge agents reached over MQTT.
 
-Per round :class:`MqttFleet` publishes one task frame per sampled agent, then collects the
-answers until every task is answered or the round deadline passes. Answers are validated
+Per round :class:`MqttFleet` publishes one task frame per task (:mod:`coordinator.task_frames`;
+an agent may get several), then collects the answers until every task is answered or the
+round deadline passes. Probes (losses and gradient tasks, :mod:`coordinator.mqtt_probes`)
+and evaluations are collected the same way but not journaled. Answers are validated
 (:mod:`faultfleet.wire.codec`) in the network thread: a malformed, oversized, wrong-shape
 or non-finite update is rejected and counted by reason, a second answer for the same task
 is ignored (QoS 1 may deliver twice), and an answer after its round closed is counted late.
 Every accepted update goes to the :class:`~coordinator.journal.RoundJournal` before it
 counts, so a restarted coordinator loses none.
 
-An agent that goes offline mid-round (its last will) fails its task at once; one that just
-never answers fails at the deadline. A round with fewer updates than the quorum raises
+An agent that goes offline mid-round (its last will) fails its open tasks at once; one that
+just never answers fails at the deadline. A round with fewer updates than the quorum raises
 :class:`QuorumError`; the service retries it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from coordinator.journal import RoundJournal
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.mqtt_probes import answer_result, gradient_outcome, losses_outcome
 from coordinator.presence import AgentRegistry
 from coordinator.round_tasks import (
-    Bodies,
     Collection,
     Pending,
     QuorumError,
     RoundAbortedError,
     Write,
-    evaluation_result,
-    fit_result,
-    task_id,
 )
+from coordinator.task_frames import Frame, TaskFrames
 from faultfleet.tasks import (
     EvaluateOutcome,
     EvaluateResult,
@@ -46,26 +44,19 @@ from faultfleet.tasks import (
     FitOutcome,
     FitResult,
     FitTask,
+    GradientOutcome,
+    GradientTask,
+    LossesOutcome,
+    LossesTask,
 )
-from faultfleet.types import FloatArray
 from faultfleet.wire.codec import (
     RejectReason,
     WireError,
     encode_frame,
-    encode_tensors,
     parse_envelope,
     split_frame,
 )
-from faultfleet.wire.messages import (
-    ANSWER_ADAPTER,
-    EvaluateTaskMessage,
-    FitTaskMessage,
-    FitUpdateMessage,
-    ModelSpec,
-    TaskFailedMessage,
-    TensorEncoding,
-    TrainSpec,
-)
+from faultfleet.wire.messages import ANSWER_ADAPTER, ModelSpec, TaskFailedMessage, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
 
@@ -133,6 +124,9 @@ class MqttFleet:
         self.metrics = metrics
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
+        self.frames = TaskFrames(
+            run_id=run_id, model=model, encoding=encoding, deadline_s=deadline_s, clock=clock
+        )
         self._lock = threading.Lock()
         self._answered = threading.Condition(self._lock)
         self._collection = Collection()
@@ -180,19 +174,11 @@ class MqttFleet:
         self._round_available = None
 
     def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
-        bodies: Bodies = {}
-        frames = [
-            self._frame(
-                FitTaskMessage,
-                server_round,
-                task.client_id,
-                task.models,
-                bodies,
-                seed=task.seed,
-                train=TrainSpec.of(task.config),
-            )
-            for task in tasks
-        ]
+        """Local updates for ``tasks``; an agent may have several (one per model).
+
+        Updates the journal holds for this round are taken from there, not asked for again.
+        """
+        frames = self.frames.fit(server_round, tasks)
         collection, bytes_down = self._dispatch(frames, replay=self.journal.accepted())
         results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
@@ -206,63 +192,26 @@ class MqttFleet:
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
-        bodies: Bodies = {}
-        frames = [
-            self._frame(
-                EvaluateTaskMessage,
-                server_round,
-                task.client_id,
-                task.models,
-                bodies,
-                split=task.split,
-            )
-            for task in tasks
-        ]
-        collection, _ = self._dispatch(frames, replay={})
+        collection, _ = self._dispatch(self.frames.evaluate(server_round, tasks), replay={})
         results = tuple(p.result for p in collection if isinstance(p.result, EvaluateResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         return EvaluateOutcome(results, failures)
 
-    def _frame(
-        self,
-        kind: type[FitTaskMessage] | type[EvaluateTaskMessage],
-        server_round: int,
-        agent_id: str,
-        models: Mapping[str, FloatArray],
-        bodies: Bodies,
-        **fields: Any,
-    ) -> tuple[Pending, FitTaskMessage | EvaluateTaskMessage, bytes]:
-        """One task: its bookkeeping entry, header and tensor body."""
-        sent = tuple((key, id(weights)) for key, weights in models.items())
-        if sent not in bodies:
-            body = encode_tensors(models, self.encoding)
-            bodies[sent] = (body, hashlib.sha256(body).hexdigest())
-        body, body_sha256 = bodies[sent]
-        label = "fit" if kind is FitTaskMessage else f"evaluate-{fields.get('split')}"
-        tid = task_id(
-            self.run_id, server_round, agent_id, label, body_sha256, fields.get("seed", 0)
-        )
-        header = kind(
-            task_id=tid,
-            run_id=self.run_id,
-            server_round=server_round,
-            agent_id=agent_id,
-            model=self.model,
-            model_keys=tuple(models),
-            encoding=self.encoding,
-            deadline=self.clock() + self.deadline_s,
-            **fields,
-        )
-        pending = Pending(
-            tid, agent_id, server_round, models, "fit" if kind is FitTaskMessage else "evaluate"
-        )
-        return pending, header, body
+    def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
+        """Losses probes: one result or failure per task, as for :meth:`evaluate`."""
+        frames = self.frames.losses(server_round, tasks)
+        return losses_outcome(*self._dispatch(frames, replay={}))
+
+    def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
+        """Gradient probes: one result or failure per task, as for :meth:`evaluate`."""
+        frames = self.frames.gradients(server_round, tasks)
+        return gradient_outcome(*self._dispatch(frames, replay={}))
 
     # -- collecting answers ----------------------------------------------------------------
 
     def _dispatch(
         self,
-        frames: Sequence[tuple[Pending, FitTaskMessage | EvaluateTaskMessage, bytes]],
+        frames: Sequence[Frame],
         replay: Mapping[str, bytes],
     ) -> tuple[list[Pending], int]:
         deadline = time.monotonic() + self.deadline_s
@@ -362,13 +311,9 @@ class MqttFleet:
         if isinstance(answer, TaskFailedMessage):
             self._fail(pending.task_id, f"agent reported: {answer.reason}")
             return
-        result: FitResult | EvaluateResult
-        if isinstance(answer, FitUpdateMessage):
-            result = fit_result(
-                pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
-            )
-        else:
-            result = evaluation_result(pending, answer)
+        result = answer_result(
+            pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
+        )
         with self._answered:
             if self._collection.pending.get(pending.task_id) is not pending:
                 raise WireError(

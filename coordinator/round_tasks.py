@@ -2,8 +2,8 @@
 
 A :class:`Pending` entry per task sent, collected in a :class:`Collection`; a
 :class:`Write` is an accepted update on its way to the round journal. Task ids are
-deterministic (:func:`task_id`), which makes answers idempotent by (round, agent) and lets a
-restarted coordinator recognise the updates its journal holds.
+deterministic (:func:`task_id`), which makes answers idempotent by task and lets a restarted
+coordinator recognise the updates its journal holds.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from faultfleet.tasks import EvaluateResult, Failure, FitResult
+from faultfleet.tasks import EvaluateResult, Failure, FitResult, GradientResult, LossesResult
 from faultfleet.types import FloatArray
 from faultfleet.wire.codec import RejectReason, WireError, decode_tensors
-from faultfleet.wire.messages import EvaluationMessage, FitUpdateMessage
+from faultfleet.wire.messages import AnyTaskMessage, EvaluationMessage, FitUpdateMessage
+
+Result = FitResult | EvaluateResult | LossesResult | GradientResult
 
 
 class QuorumError(RuntimeError):
@@ -28,12 +30,15 @@ class RoundAbortedError(RuntimeError):
 
 @dataclass
 class Pending:
+    """A task sent and not yet settled: its header, the models it carried, its outcome."""
+
     task_id: str
     agent_id: str
     server_round: int
     models: Mapping[str, FloatArray]
-    kind: str
-    result: FitResult | EvaluateResult | None = None
+    """The task's models by key (proximal targets excluded), shape (n_params,) each."""
+    header: AnyTaskMessage
+    result: Result | None = None
     failure: Failure | None = None
     bytes_up: int = 0
     journaling: bool = False
@@ -43,11 +48,16 @@ class Pending:
     def done(self) -> bool:
         return self.result is not None or self.failure is not None
 
+    @property
+    def kind(self) -> str:
+        """The task's kind: "fit", "evaluate", "losses" or "gradient"."""
+        return self.header.kind
+
 
 @dataclass(frozen=True)
 class Write:
     pending: Pending
-    result: FitResult | EvaluateResult
+    result: Result
     payload: bytes
 
 
@@ -63,18 +73,28 @@ class Collection:
 
 
 def task_id(
-    run_id: str, server_round: int, agent_id: str, kind: str, body_sha256: str, seed: int
+    run_id: str, server_round: int, agent_id: str, label: str, body_sha256: str, occurrence: int
 ) -> str:
-    """Deterministic id of a task: the same round, agent, weights and seed give the same id."""
+    """Deterministic id of a task.
+
+    Parameters
+    ----------
+    label : str
+        Everything the task asks, apart from its weights: its header as JSON without the
+        task id and the deadline (kind, model keys, seed, split, proximal terms, ...).
+    body_sha256 : str
+        Digest of the encoded weights.
+    occurrence : int
+        0 for the first task of a round with this label and body for this agent, 1 for the
+        second, ...: identical tasks sent to one agent in one round keep distinct ids.
+
+    The same round, agent, request and weights give the same id, in this process or in a
+    restarted one; different tasks of one agent in one round never share one.
+    """
     digest = hashlib.sha256()
-    for part in (run_id, str(server_round), agent_id, kind, str(seed), body_sha256):
+    for part in (run_id, str(server_round), agent_id, label, body_sha256, str(occurrence)):
         digest.update(part.encode("utf-8") + b"\0")
     return digest.hexdigest()[:24]
-
-
-Bodies = dict[tuple[tuple[str, int], ...], tuple[bytes, str]]
-"""Encoded task bodies of one dispatch and their SHA-256, by the (key, array) pairs sent:
-the tasks of a round mostly share a model, which is then encoded and hashed once."""
 
 
 def fit_result(

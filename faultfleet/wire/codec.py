@@ -6,6 +6,8 @@ flat weight vectors in the safetensors format — a header of names, dtypes and 
 by raw little-endian data, parsed without executing anything (never pickle, never
 ``torch.load`` of bytes from the network). Bodies can be float16 and zlib-compressed
 (:class:`~faultfleet.wire.messages.TensorEncoding`); receivers always get float32 back.
+Gradients travel scaled by a power of two per tensor (:func:`scale_exponents`), so that
+float16 keeps their precision whatever their magnitude.
 
 Everything a receiver cannot accept raises :class:`WireError` carrying a
 :class:`RejectReason`, which the coordinator counts on
@@ -37,6 +39,9 @@ MAX_HEADER_BYTES = 1024 * 1024
 
 _DTYPES = {"float32": np.float32, "float16": np.float16}
 _WIDTH = {"float32": 4, "float16": 2}
+_FLOAT16_TOP_EXPONENT = 15
+"""A scaled float16 tensor's largest magnitude lies in [2**14, 2**15), below float16's
+maximum (65504) with room for rounding up, and 2**29 above its smallest normal number."""
 
 
 class RejectReason(StrEnum):
@@ -142,8 +147,49 @@ def parse_envelope(adapter: TypeAdapter[EnvelopeT], data: dict[str, Any] | bytes
         raise WireError(RejectReason.SCHEMA, f"invalid message: {problems}") from error
 
 
-def encode_tensors(tensors: Mapping[str, FloatArray], encoding: TensorEncoding) -> bytes:
+def scale_exponents(tensors: Mapping[str, FloatArray], encoding: TensorEncoding) -> dict[str, int]:
+    """Power-of-two exponents that fit each tensor to ``encoding``'s dtype.
+
+    float32 needs no scale (all exponents 0). For float16, the exponent e of a tensor whose
+    largest magnitude is m puts m / 2**e in [2**14, 2**15): every entry down to
+    2**-29 · m is then a normal float16 number with 11 significant bits (relative error at
+    most 2**-11), whereas unscaled gradients of 1e-5 and below would be subnormal or zero.
+    Dividing and multiplying by a power of two is exact, so the scale adds no error.
+
+    Returns
+    -------
+    dict of tensor name to int
+        Pass to :func:`encode_tensors` and send to the receiver (``exponents``).
+    """
+    exponents: dict[str, int] = {}
+    for name, value in tensors.items():
+        exponent = 0
+        if encoding.dtype == "float16" and np.size(value):
+            magnitudes = np.abs(np.asarray(value, dtype=np.float32))
+            finite = magnitudes[np.isfinite(magnitudes)]
+            largest = float(finite.max()) if finite.size else 0.0
+            if largest > 0.0:
+                exponent = int(np.frexp(largest)[1]) - _FLOAT16_TOP_EXPONENT
+        exponents[name] = exponent
+    return exponents
+
+
+def encode_tensors(
+    tensors: Mapping[str, FloatArray],
+    encoding: TensorEncoding,
+    *,
+    exponents: Mapping[str, int] | None = None,
+) -> bytes:
     """Named flat vectors as a safetensors body in ``encoding``.
+
+    Parameters
+    ----------
+    tensors : mapping of name to array
+        Flattened on the way.
+    encoding : TensorEncoding
+    exponents : mapping of name to int, optional
+        Send ``tensor / 2**exponents[name]`` (see :func:`scale_exponents`); the receiver
+        passes the same exponents to :func:`decode_tensors`.
 
     Raises
     ------
@@ -152,6 +198,11 @@ def encode_tensors(tensors: Mapping[str, FloatArray], encoding: TensorEncoding) 
         infinity and be refused; use float32 for such a model.
     """
     dtype = _DTYPES[encoding.dtype]
+    if exponents:
+        tensors = {
+            name: np.ldexp(np.asarray(value, dtype=np.float32), -exponents.get(name, 0))
+            for name, value in tensors.items()
+        }
     if encoding.dtype == "float16":
         limit = float(np.finfo(np.float16).max)
         for name, value in tensors.items():
@@ -177,6 +228,7 @@ def decode_tensors(
     expected: Mapping[str, int],
     *,
     max_bytes: int,
+    exponents: Mapping[str, int] | None = None,
 ) -> dict[str, FloatArray]:
     """The float32 vectors of a safetensors body, checked against ``expected`` lengths.
 
@@ -188,6 +240,10 @@ def decode_tensors(
     expected : mapping of tensor name to its length (number of parameters)
     max_bytes : int
         Limit on the inflated size of a compressed body.
+    exponents : mapping of name to int, optional
+        Multiply each tensor by ``2**exponents[name]`` (0 if absent) after decoding, undoing
+        the sender's :func:`scale_exponents`; values it pushes beyond float32 are refused
+        as not finite.
 
     Raises
     ------
@@ -239,9 +295,15 @@ def decode_tensors(
             )
         # safetensors already handed over a private copy: convert without copying again.
         values = array.astype(np.float32, copy=False)
+        exponent = exponents.get(name, 0) if exponents else 0
+        if exponent:
+            with np.errstate(over="ignore"):
+                values = np.ldexp(values, exponent).astype(np.float32, copy=False)
         # A float64 sum of float32 values cannot overflow, so it is finite exactly when every
-        # value is: one pass without a temporary boolean array.
-        if not math.isfinite(float(values.sum(dtype=np.float64))):
+        # value is: one pass without a temporary boolean array (+inf and -inf sum to NaN).
+        with np.errstate(invalid="ignore"):
+            total = float(values.sum(dtype=np.float64))
+        if not math.isfinite(total):
             bad = int((~np.isfinite(values)).sum())
             raise WireError(
                 RejectReason.NOT_FINITE, f"tensor {name!r} holds {bad} NaN or infinite values"

@@ -1,4 +1,4 @@
-"""Message envelopes of the wire protocol (schema version 1).
+"""Message envelopes of the wire protocol (schema version 2).
 
 Every message is a pydantic model with ``extra="forbid"``, ``frozen=True``, a
 ``schema_version`` and a ``kind`` that tells the variants apart. Presence, assignments and
@@ -7,7 +7,8 @@ travel as frames (:mod:`faultfleet.wire.codec`) whose header is one of these env
 whose body holds the tensors (safetensors) or the ONNX model.
 
 A message from a newer (or older) schema version is refused with a message naming both
-versions, so mixed deployments fail loudly instead of misreading each other.
+versions, so mixed deployments fail loudly instead of misreading each other. Version 2 added
+proximal terms to fit tasks and the probe tasks (losses, gradient) with their answers.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from faultfleet.tasks import Split, TrainConfig
+from faultfleet.tasks import ModelPart, Split, TrainConfig
 from faultfleet.wire.topics import NAME_PATTERN
 
-SCHEMA_VERSION: Literal[1] = 1
+SCHEMA_VERSION: Literal[2] = 2
 
 Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
 """An agent or cluster id: usable as one topic level."""
 Digest = Annotated[str, Field(pattern="^[0-9a-f]{64}$")]
 NonNegative = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
 Round = Annotated[int, Field(ge=1)]
 DType = Literal["float32", "float16"]
 Compression = Literal["none", "zlib"]
@@ -40,7 +42,7 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
 
 
 class TensorEncoding(BaseModel):
@@ -132,19 +134,50 @@ class _Task(Envelope):
     agent_id: Name
     model: ModelSpec
     model_keys: tuple[str, ...] = Field(min_length=1)
-    """Names of the frame's tensors, one flat weight vector per candidate model."""
+    """The models of the task, distinct; each is a flat weight vector in the frame's body,
+    named by its key."""
     encoding: TensorEncoding = TensorEncoding()
     """How the frame's tensors are encoded, and how the agent should encode its answer."""
     deadline: float
     """Unix time after which the coordinator no longer waits for the answer."""
 
+    @field_validator("model_keys")
+    @classmethod
+    def _distinct_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(keys)) != len(keys) or not all(keys):
+            raise ValueError(f"model_keys must be distinct non-empty names, got {list(keys)}")
+        return keys
+
+
+class ProximalSpec(BaseModel):
+    """Wire form of :class:`faultfleet.tasks.Proximal`: its target is a tensor of the frame."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    tensor: Annotated[str, Field(min_length=1)]
+    """Name of the body tensor holding the target weights: one of the task's ``model_keys``
+    (a target equal to a candidate model travels once) or a tensor of its own."""
+    strength: Annotated[float, Field(ge=0)]
+    part: ModelPart = "all"
+
 
 class FitTaskMessage(_Task):
-    """Train one of ``model_keys`` (lowest training loss among several) and send the weights."""
+    """Train one of ``model_keys`` (lowest training loss among several) and send the weights.
+
+    The body holds one tensor per model key and one per proximal target that is not a model
+    key (:meth:`tensor_names`).
+    """
 
     kind: Literal["fit"] = "fit"
     train: TrainSpec
     seed: int
+    proximal: tuple[ProximalSpec, ...] = ()
+    """Terms added to the local objective (see :mod:`faultfleet.tasks`)."""
+
+    def tensor_names(self) -> tuple[str, ...]:
+        """Names of the body's tensors: the model keys, then the other proximal targets."""
+        targets = (p.tensor for p in self.proximal)
+        return tuple(dict.fromkeys((*self.model_keys, *targets)))
 
 
 class EvaluateTaskMessage(_Task):
@@ -152,6 +185,32 @@ class EvaluateTaskMessage(_Task):
 
     kind: Literal["evaluate"] = "evaluate"
     split: Split = Split.TEST
+
+    def tensor_names(self) -> tuple[str, ...]:
+        return self.model_keys
+
+
+class LossesTaskMessage(_Task):
+    """Cross-entropy of every model of ``model_keys`` on a split: per sample, or the mean."""
+
+    kind: Literal["losses"] = "losses"
+    split: Split = Split.VAL
+    per_sample: bool = True
+
+    def tensor_names(self) -> tuple[str, ...]:
+        return self.model_keys
+
+
+class GradientTaskMessage(_Task):
+    """Mean loss and gradient of every model of ``model_keys`` on one mini-batch of
+    ``batch_size`` training windows drawn with ``seed`` (the same batch for every model)."""
+
+    kind: Literal["gradient"] = "gradient"
+    batch_size: Positive
+    seed: int
+
+    def tensor_names(self) -> tuple[str, ...]:
+        return self.model_keys
 
 
 class _Answer(Envelope):
@@ -189,6 +248,38 @@ class EvaluationMessage(_Answer):
     num_samples: NonNegative
 
 
+class LossesMessage(_Answer):
+    """Losses of every model the task sent, on ``num_samples`` samples of its split.
+
+    The body holds one float tensor per model key: every sample's cross-entropy, shape
+    (num_samples,), in the split's order; or shape (1,), their mean, if the task asked for
+    ``per_sample = false``.
+    """
+
+    kind: Literal["losses_result"] = "losses_result"
+    encoding: TensorEncoding = TensorEncoding()
+    num_samples: Positive
+
+
+class GradientMessage(_Answer):
+    """Mean loss and gradient of every model the task sent, on one mini-batch.
+
+    The body holds one tensor per model key, the gradient w.r.t. the flat weights, shape
+    (n_params,). A gradient is sent divided by ``2 ** exponents[key]`` (0 when absent) and
+    the receiver multiplies it back, exactly: in float16 the scale puts the largest entry
+    just below 2**15, so that small gradients keep float16's 11 significant bits instead of
+    sinking into its subnormal range (:func:`faultfleet.wire.codec.scale_exponents`).
+    """
+
+    kind: Literal["gradient_result"] = "gradient_result"
+    encoding: TensorEncoding = TensorEncoding()
+    num_samples: Positive
+    """Samples of the mini-batch: the task's batch size, clipped to the training data."""
+    losses: dict[str, float]
+    """Mean cross-entropy of every model on the mini-batch."""
+    exponents: dict[str, Annotated[int, Field(ge=-300, le=300)]] = Field(default_factory=dict)
+
+
 class TaskFailedMessage(_Answer):
     """The agent could not do the task (no training data, an error); ``reason`` says why."""
 
@@ -196,14 +287,14 @@ class TaskFailedMessage(_Answer):
     reason: Annotated[str, Field(max_length=2000)]
 
 
-TaskMessage = Annotated[FitTaskMessage | EvaluateTaskMessage, Field(discriminator="kind")]
-AnswerMessage = Annotated[
-    FitUpdateMessage | EvaluationMessage | TaskFailedMessage, Field(discriminator="kind")
-]
-TASK_ADAPTER: TypeAdapter[FitTaskMessage | EvaluateTaskMessage] = TypeAdapter(TaskMessage)
-ANSWER_ADAPTER: TypeAdapter[FitUpdateMessage | EvaluationMessage | TaskFailedMessage] = TypeAdapter(
-    AnswerMessage
+AnyTaskMessage = FitTaskMessage | EvaluateTaskMessage | LossesTaskMessage | GradientTaskMessage
+AnyAnswerMessage = (
+    FitUpdateMessage | EvaluationMessage | LossesMessage | GradientMessage | TaskFailedMessage
 )
+TaskMessage = Annotated[AnyTaskMessage, Field(discriminator="kind")]
+AnswerMessage = Annotated[AnyAnswerMessage, Field(discriminator="kind")]
+TASK_ADAPTER: TypeAdapter[AnyTaskMessage] = TypeAdapter(TaskMessage)
+ANSWER_ADAPTER: TypeAdapter[AnyAnswerMessage] = TypeAdapter(AnswerMessage)
 
 
 # -- models and diagnoses --------------------------------------------------------------------

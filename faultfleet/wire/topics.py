@@ -4,8 +4,8 @@ Every topic lives under a versioned root (``faultfleet/v1`` by default)::
 
     {root}/coordinator/status            retained presence of the coordinator (last will: offline)
     {root}/agents/{agent}/status         retained presence of an agent (last will: offline)
-    {root}/agents/{agent}/tasks          coordinator → agent: fit and evaluate tasks
-    {root}/agents/{agent}/results        agent → coordinator: updates, evaluations, failures
+    {root}/agents/{agent}/tasks          coordinator → agent: fit, evaluate, losses, gradient
+    {root}/agents/{agent}/results        agent → coordinator: their answers, or failures
     {root}/agents/{agent}/assignment     retained: the agent's cluster and model version
     {root}/agents/{agent}/diagnoses      agent → subscribers: one message per diagnosed window
     {root}/clusters/{cluster}/model      retained: the cluster's ONNX model

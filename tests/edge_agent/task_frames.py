@@ -23,10 +23,12 @@ from faultfleet.wire.codec import (
 )
 from faultfleet.wire.messages import (
     ANSWER_ADAPTER,
+    AnyAnswerMessage,
+    AnyTaskMessage,
     EvaluateTaskMessage,
-    EvaluationMessage,
     FitTaskMessage,
-    FitUpdateMessage,
+    GradientTaskMessage,
+    LossesTaskMessage,
     ModelSpec,
     TaskFailedMessage,
     TensorEncoding,
@@ -41,8 +43,8 @@ N_CLASSES = 4
 MODEL = ModelSpec(name="compact", sample_shape=(1, 256), n_classes=N_CLASSES)
 TRAIN = TrainSpec(optimizer="adam", learning_rate=1e-3, epochs=2, batch_size=8)
 HALF_ZLIB = TensorEncoding(dtype="float16", compression="zlib")
-Task = FitTaskMessage | EvaluateTaskMessage
-Answer = FitUpdateMessage | EvaluationMessage | TaskFailedMessage
+Task = AnyTaskMessage
+Answer = AnyAnswerMessage
 
 
 def windows(n: int, seed: int, length: int = 256) -> Dataset:
@@ -97,6 +99,34 @@ def evaluate_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> Eva
     return EvaluateTaskMessage(**{**fields, **changes})
 
 
+def losses_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> LossesTaskMessage:
+    fields: dict[str, Any] = {
+        "task_id": "task-3",
+        "run_id": "run-1",
+        "server_round": 3,
+        "agent_id": "m07",
+        "model": MODEL,
+        "model_keys": keys,
+        "deadline": NOW + 60,
+    }
+    return LossesTaskMessage(**{**fields, **changes})
+
+
+def gradient_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> GradientTaskMessage:
+    fields: dict[str, Any] = {
+        "task_id": "task-4",
+        "run_id": "run-1",
+        "server_round": 3,
+        "agent_id": "m07",
+        "model": MODEL,
+        "model_keys": keys,
+        "deadline": NOW + 60,
+        "batch_size": 8,
+        "seed": 5,
+    }
+    return GradientTaskMessage(**{**fields, **changes})
+
+
 def frame(task: Task, weights: dict[str, FloatArray]) -> bytes:
     """The task as the coordinator sends it: its tensors in the task's encoding."""
     return encode_frame(task, encode_tensors(weights, task.encoding))
@@ -117,9 +147,6 @@ def failure_reason(runner: TaskRunner, payload: bytes) -> str:
     message, body = answer(runner, payload)
     assert isinstance(message, TaskFailedMessage)
     assert body == b""
-    assert (message.task_id, message.run_id, message.server_round) == (
-        "task-1" if b'"fit"' in payload else "task-2",
-        "run-1",
-        3,
-    )
+    task_id = split_frame(payload, max_bytes=len(payload))[0]["task_id"]
+    assert (message.task_id, message.run_id, message.server_round) == (task_id, "run-1", 3)
     return message.reason

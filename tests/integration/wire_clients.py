@@ -34,10 +34,15 @@ from faultfleet.wire.codec import (
 from faultfleet.wire.messages import (
     TASK_ADAPTER,
     AgentStatus,
+    AnyTaskMessage,
     EvaluateTaskMessage,
     EvaluationMessage,
     FitTaskMessage,
     FitUpdateMessage,
+    GradientMessage,
+    GradientTaskMessage,
+    LossesMessage,
+    LossesTaskMessage,
     ModelSpec,
 )
 from faultfleet.wire.mqtt import Handler, MqttConnection
@@ -91,7 +96,7 @@ class Recorder:
             messages = list(self._messages)
         return [m for m in messages if _matches(pattern, m.topic.split("/"))]
 
-    def tasks(self, agent_id: str) -> list[FitTaskMessage | EvaluateTaskMessage]:
+    def tasks(self, agent_id: str) -> list[AnyTaskMessage]:
         """The headers of the tasks sent to ``agent_id``, in order."""
         headers = [
             split_frame(m.payload, max_bytes=len(m.payload))[0]
@@ -122,16 +127,18 @@ def answer_at_once(task: FitTaskMessage) -> float | None:
 class ReceivedTask:
     """A task a fake agent received, with its candidate weights (float32)."""
 
-    header: FitTaskMessage | EvaluateTaskMessage
+    header: AnyTaskMessage
     weights: dict[str, FloatArray]
+    """Every tensor of the body: the models, and a fit task's other proximal targets."""
 
 
 class FakeAgents:
     """Edge agents played by one connection: online, answering tasks without training.
 
     A fit task is answered with the task's weights plus a little noise, after the delay
-    ``policy`` gives (or never); evaluate tasks are answered at once. Tests answer by hand
-    with :meth:`fit_answer` and :meth:`send`.
+    ``policy`` gives (or never); evaluate tasks are answered at once; probes (losses and
+    gradient tasks) are recorded but never answered. Tests answer by hand with
+    :meth:`fit_answer` and :meth:`send`.
 
     Parameters
     ----------
@@ -183,7 +190,7 @@ class FakeAgents:
         weights = decode_tensors(
             body,
             header.encoding,
-            dict.fromkeys(header.model_keys, self._n_params(header.model)),
+            dict.fromkeys(header.tensor_names(), self._n_params(header.model)),
             max_bytes=2 * len(payload),
         )
         task = ReceivedTask(header, weights)
@@ -191,6 +198,8 @@ class FakeAgents:
             self.received.append(task)
         if isinstance(header, EvaluateTaskMessage):
             self.send(header.agent_id, evaluation_frame(header))
+            return
+        if not isinstance(header, FitTaskMessage):
             return
         delay_s = self.policy(header)
         if delay_s is None:
@@ -270,3 +279,34 @@ def evaluation_frame(task: EvaluateTaskMessage) -> bytes:
         num_samples=10,
     )
     return encode_frame(message)
+
+
+def losses_frame(
+    task: LossesTaskMessage, losses: Mapping[str, FloatArray], **changes: Any
+) -> bytes:
+    """A frame answering ``task`` with ``losses`` (any shapes and keys: the receiver checks)."""
+    fields: dict[str, Any] = {
+        "task_id": task.task_id,
+        "run_id": task.run_id,
+        "server_round": task.server_round,
+        "agent_id": task.agent_id,
+        "num_samples": max(len(v) for v in losses.values()),
+    }
+    message = LossesMessage(**(fields | changes))
+    return encode_frame(message, encode_tensors(losses, message.encoding))
+
+
+def gradient_frame(
+    task: GradientTaskMessage, gradients: Mapping[str, FloatArray], **changes: Any
+) -> bytes:
+    """A frame answering ``task`` with ``gradients`` (loss 1.0 for each) in float32."""
+    fields: dict[str, Any] = {
+        "task_id": task.task_id,
+        "run_id": task.run_id,
+        "server_round": task.server_round,
+        "agent_id": task.agent_id,
+        "num_samples": task.batch_size,
+        "losses": dict.fromkeys(gradients, 1.0),
+    }
+    message = GradientMessage(**(fields | changes))
+    return encode_frame(message, encode_tensors(gradients, message.encoding))
