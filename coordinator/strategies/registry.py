@@ -12,14 +12,18 @@ from typing import Any
 
 from coordinator.strategies.base import Strategy
 from coordinator.strategies.cfl import CFL
+from coordinator.strategies.faacl import FAACL
+from coordinator.strategies.fedac import FedAC
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.flhc import FLHC
 from coordinator.strategies.ifca import IFCA
+from coordinator.strategies.jgl import JointGradientLoss
 from coordinator.strategies.local import Local
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FLACC, IFCA, CFL, FLHC)
+    cls.name: cls
+    for cls in (FedAvg, Local, FLACC, IFCA, CFL, FLHC, JointGradientLoss, FedAC, FAACL)
 }
 
 

@@ -32,6 +32,7 @@ from faultfleet.simulation.config import SimConfig
 from faultfleet.simulation.fleet import InProcessFleet
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
+from signal_pipeline.overlap import overlapping_labels
 from signal_pipeline.scenarios import VibrationSettings, mixed_fault
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ def build_federation(config: SimConfig, progress: ProgressCallback | None = None
         "mixed-fault": mixed_fault,
         "quality-skew": quality_skew,
         "quantity-skew": quantity_skew,
+        "overlapping-labels": overlapping_labels,
     }[config.scenario]
     return builder(
         config.seed,

@@ -14,6 +14,7 @@ method                    strategy and options
 ``faacl-v1``,             ``faacl`` with ``version = 1`` or ``2``
 ``faacl-v2``
 ``fedac-kK``              ``fedac`` started with ``n_clusters = K``
+``jgl-kK``                ``jgl`` with ``n_clusters = K``
 ========================  ==========================================
 
 Every cell (method, seed) is one :func:`~faultfleet.simulation.runner.run_simulation`
@@ -43,6 +44,7 @@ _PATTERNS: tuple[tuple[str, Callable[[re.Match[str]], tuple[str, dict[str, Any]]
     (r"ifca-(\d+)", lambda m: ("ifca", {"n_clusters": int(m[1])})),
     (r"faacl-v([12])", lambda m: ("faacl", {"version": int(m[1])})),
     (r"fedac-k(\d+)", lambda m: ("fedac", {"n_clusters": int(m[1])})),
+    (r"jgl-k(\d+)", lambda m: ("jgl", {"n_clusters": int(m[1])})),
 )
 
 
@@ -64,7 +66,7 @@ def method_strategy(method: str) -> tuple[str, dict[str, Any]]:
         return method, {}
     raise ValueError(
         f"unknown method {method!r}; use a strategy name ({', '.join(sorted(STRATEGIES))}) "
-        "or ifca-K, faacl-v1, faacl-v2, fedac-kK"
+        "or ifca-K, faacl-v1, faacl-v2, fedac-kK, jgl-kK"
     )
 
 

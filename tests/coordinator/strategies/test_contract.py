@@ -23,8 +23,11 @@ OPTIONS: dict[str, dict[str, object]] = {
     "local": {},
     "flacc": {"n_sep": 3},
     "ifca": {"n_clusters": 3},
+    "jgl": {"n_clusters": 3, "batch_size": 8},
     "cfl": {"min_rounds": 2, "eps1": 10.0, "eps2": 0.0},
     "flhc": {"n_warmup": 2, "distance_threshold": 1.0},
+    "faacl": {"epsilon": 1.0, "init_rounds": 0},
+    "fedac": {"n_clusters": 2, "components": 4, "buffer_size": 8, "warmup": 1, "tune_every": 2},
 }
 
 Factory = Callable[[], Strategy]

@@ -1,0 +1,564 @@
+"""FAACL: federated adaptive asymmetric clustered learning, with supportive clusters.
+
+"FAACL: federated adaptive asymmetric clustered learning" (anonymous ICLR submission;
+``shared/papers/faacl.txt``), §4 and Algorithms 1–7 of its appendix A. A cluster has member
+devices, a model, and a set of *supportive clusters* (C.sup): the members of a supportive
+cluster help train the cluster's model without predicting with it, so a machine with poor
+or scarce data can learn from good ones without the reverse.
+
+One federated round of the engine is one iteration of the paper's loops:
+
+1. *Support* (probe step 0; Algorithm 3 or 4): every available member d of every cluster C1
+   under test reports the per-sample validation losses of C1's model and of every other
+   candidate cluster's model. C2 supports C1 when, on C1's answering members, C2's model is
+   at most ε worse than C1's own: version 1 by a one-sided Wilcoxon signed-rank test per
+   device (every member must reach p <= α), version 2 by the pooled mean difference
+   (:mod:`.faacl_support`).
+2. *Merge* (Algorithm 5): mutually supportive clusters merge — union of members,
+   intersection of supports.
+3. *Cluster train* (Algorithm 6): every sampled device trains its own cluster's model and,
+   on behalf, the model of every cluster its cluster supports; each model becomes the
+   sample-weighted mean of the updates it received (none received: unchanged).
+
+*Flat* FAACL (Algorithm 7) repeats 1–2 until a round changes neither memberships nor
+supports, then freezes the clustering. *Hierarchical* FAACL (Algorithm 1) starts from one
+partition per device, runs flat FAACL inside every partition (candidates are the clusters
+of the same partition) until all are stable, pairs the partitions at random and starts
+again, and freezes once a single stable partition is left.
+
+Decisions on what the paper leaves open (``shared/papers/README.md`` settles version 2):
+
+- Initialisation (Algorithm 2): every device starts a singleton cluster from the same θ
+  (``model_factory(0)``); in rounds 1 … ``init_rounds`` every available device trains its
+  own cluster's model (the per-device argmin, as local training; no sampling), and the
+  first support test runs in round ``init_rounds + 1``. A cluster whose model has never been
+  trained (its device was offline, or joined later) takes no part in tests: it waits outside
+  the partitions and enters one (hierarchical: a new one; flat: the only one) once it has
+  received an update, which reactivates the clustering. Otherwise two untrained clusters
+  would hold the very same θ and merge on no evidence.
+- Supports are recomputed, not only added to: a tested cluster's C.sup becomes the set of
+  candidates that pass this round. A cluster none of whose members answered the probe keeps
+  its supports (the latest evidence). A device whose validation split is empty abstains.
+- Version 1 zeros and small samples: see :func:`.faacl_support.wilcoxon_p_value` (a
+  difference exactly at ε counts half each way; n samples cannot reach p < 2⁻ⁿ, so a member
+  with fewer than log2(1/α) validation samples blocks every support of its cluster).
+- Merge order: clusters are visited by their first member's registration order and each
+  merges at most once per round. The merged model: the paper takes one of the two at
+  random; we take the one with the lower mean per-sample validation loss over the answering
+  members of both clusters — both were just measured by the probe — and the first
+  cluster's on a tie. Merged clusters get a new key ``cluster-<n>``; keys are never reused.
+- Other clusters' supports that named a merged cluster: X.sup holds the merged cluster iff
+  it held both halves (the same intersection rule as the merged cluster's own supports);
+  a half alone is dropped, to be re-tested in the next round.
+- Stability: a partition under test is stable after a round in which at least one of its
+  clusters answered and neither a merge nor a change of supports happened, or when it
+  holds a single cluster. Support tests near their threshold can flip from round to round
+  forever, and a partition whose devices are all offline cannot be tested at all: after
+  ``patience`` consecutive rounds that changed supports without a merge, or in which none
+  of its devices answered, the partition is declared stable (``patience=None``: the
+  paper's rule, which waits for a quiet round however long it takes). Stable partitions
+  are not probed while others are still running.
+- Hierarchical pairing happens at the start of the round after the last partition became
+  stable, from the engine's generator (one permutation); with an odd number the partition
+  drawn last waits for the next level. Algorithm 1 as printed stops as soon as one partition
+  remains, without running flat FAACL on it; we run it, or the last two halves would never
+  be compared.
+- Joining (:meth:`FAACL.add_clients`): a new singleton cluster from ``model_factory(0)``,
+  trained first by its device when sampled; leaving (:meth:`FAACL.remove_clients`): the
+  device leaves its cluster, an emptied cluster is deleted with its model and removed from
+  every C.sup, and the partition it was in is tested again.
+- Results and probe answers are validated: a device may only train its own cluster's model
+  or one its cluster supports, and only the devices asked may answer a probe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.aggregate import weighted_average
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy
+from coordinator.strategies.faacl_support import (
+    Cluster,
+    Partition,
+    check_real,
+    hoeffding_tail,
+    is_int_at_least,
+    merge_clusters,
+    mutual_pairs,
+    pair_partitions,
+    read_losses,
+    settle,
+    supports_by_mean,
+    supports_by_wilcoxon,
+)
+from faultfleet.tasks import (
+    Failure,
+    FitInstruction,
+    FitResult,
+    LossesInstruction,
+    ProbeResults,
+)
+from faultfleet.types import Float64Array
+
+logger = logging.getLogger(__name__)
+
+
+def cluster_key(n: int) -> str:
+    """Model key of the n-th cluster ever formed: ``"cluster-n"``."""
+    return f"cluster-{n}"
+
+
+class FAACL(Strategy):
+    """Asymmetric clustering with supportive clusters (FAACL, flat or hierarchical).
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c sampled for cluster training after the initial rounds.
+    version : {1, 2}
+        Support test: 1, Wilcoxon signed-rank per device (Algorithm 3); 2, pooled mean
+        difference against ε (§4.2, with Theorem 4.1's Hoeffding bound).
+    epsilon : float
+        Margin ε >= 0 in loss units (nats of cross-entropy): a candidate supports a
+        cluster when its model is at most ε worse on the cluster's devices. The default 1.0
+        suits symmetric vibration federations: after three local rounds of the quick
+        ``mixed-fault`` profile, models of another fault group were >= 8 nats worse on
+        average and those of the same group within ±0.5; asymmetric federations need less
+        (0.3 kept a low-data machine supported rather than merged in ``quantity-skew``).
+    alpha : float
+        Significance level α in (0, 1) of version 1.
+    hierarchical : bool
+        Hierarchical FAACL (Algorithm 1, the paper's experiments) or flat (Algorithm 7).
+    init_rounds : int
+        Rounds (>= 0) of local training by every available device before the first support
+        test (Algorithm 2); 3 gives models whose losses already separate the fault groups.
+    patience : int or None
+        Rounds (>= 1) a partition may keep changing supports without merging, or go without
+        an answer, before it is declared stable; None waits for a round without change, as
+        the paper.
+    loss_range : float
+        b − a > 0 of Theorem 4.1: width of the interval per-sample loss differences lie in,
+        loss units; used only for the Hoeffding bound reported with version 2. Same-group
+        differences spanned [−5.6, 4.8] nats in the probe quoted for ``epsilon``.
+
+    Attributes
+    ----------
+    clusters_ : dict of str to Cluster
+        Clusters by model key.
+    partitions_ : dict of int to Partition
+        Partitions by id; every trained cluster is in one.
+    """
+
+    name: ClassVar[str] = "faacl"
+    probes: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        fraction: float = 0.25,
+        version: int = 1,
+        epsilon: float = 1.0,
+        alpha: float = 0.05,
+        hierarchical: bool = True,
+        init_rounds: int = 3,
+        patience: int | None = 3,
+        loss_range: float = 10.0,
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.version = version
+        self.epsilon = epsilon
+        self.alpha = alpha
+        self.hierarchical = hierarchical
+        self.init_rounds = init_rounds
+        self.patience = patience
+        self.loss_range = loss_range
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self._validate()
+        self.clusters_: dict[str, Cluster] = {}
+        self.partitions_: dict[int, Partition] = {}
+        self.next_cluster_ = 0
+        self.next_partition_ = 0
+        self._metrics: dict[str, float] = {}
+        self._plan: dict[str, tuple[str, ...]] | None = None
+        self._under_test: list[int] = []
+        self._new_singletons(self.client_ids_, model_factory)
+
+    def _validate(self) -> None:
+        if isinstance(self.version, bool) or self.version not in (1, 2):
+            raise ValueError(
+                f"version must be 1 (Wilcoxon signed-rank test) or 2 (mean loss difference), "
+                f"got {self.version!r}"
+            )
+        check_real("epsilon", self.epsilon, low=0.0, closed=True, hint="a margin in nats")
+        check_real("alpha", self.alpha, low=0.0, high=1.0, closed=False, hint="e.g. 0.05")
+        check_real("loss_range", self.loss_range, low=0.0, closed=False, hint="b - a, in nats")
+        if not isinstance(self.hierarchical, bool):
+            raise ValueError(f"hierarchical must be True or False, got {self.hierarchical!r}")
+        if not is_int_at_least(self.init_rounds, 0):
+            raise ValueError(
+                f"init_rounds must be an integer >= 0 (rounds of local training before the "
+                f"first support test), got {self.init_rounds!r}"
+            )
+        if self.patience is not None and not is_int_at_least(self.patience, 1):
+            raise ValueError(
+                f"patience must be an integer >= 1 (rounds) or None to wait for a round "
+                f"without change, got {self.patience!r}"
+            )
+
+    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
+        """Devices joining the federation: each starts a singleton cluster (§4.4).
+
+        The new cluster's model is ``model_factory(0)``, the initial θ of everyone; it is
+        trained by its device when the device is sampled, and then enters the clustering.
+        """
+        ids = list(client_ids)
+        if len(set(ids)) != len(ids):
+            raise ValueError("client ids must be unique")
+        known = sorted(set(ids) & set(self.client_ids_))
+        if known:
+            raise ValueError(f"clients already registered: {', '.join(known)}")
+        self._set_clients((*self.client_ids_, *ids))
+        self._new_singletons(ids, model_factory)
+
+    def remove_clients(self, client_ids: Sequence[str]) -> None:
+        """Devices leaving: out of their cluster; an emptied cluster is deleted (§4.4)."""
+        leaving = set(client_ids)
+        unknown = sorted(leaving - set(self.client_ids_))
+        if unknown:
+            raise ValueError(f"unknown clients: {', '.join(unknown)}")
+        if leaving >= set(self.client_ids_):
+            raise ValueError("cannot remove every client: a strategy needs at least one")
+        for key in list(self.clusters_):
+            cluster = self.clusters_[key]
+            if not leaving & set(cluster.members):
+                continue
+            cluster.members = [c for c in cluster.members if c not in leaving]
+            if not cluster.members:
+                del self.clusters_[key], self.models_[key]
+                for other in self.clusters_.values():
+                    other.supports.discard(key)
+            if cluster.partition is not None:
+                self._retest(cluster.partition)
+        self._set_clients(tuple(c for c in self.client_ids_ if c not in leaving))
+        self._reindex()
+
+    # -- probes: support and merge -----------------------------------------------------------
+
+    def configure_probe(
+        self, server_round: int, step: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[LossesInstruction] | None:
+        """Step 0 after the initial rounds: losses of the candidate models on every available
+        member of the clusters under test; pairs the partitions first when all are stable."""
+        if step == 0:
+            self._metrics = {}
+            self._plan = None
+        if step > 0 or server_round <= self.init_rounds:
+            return None
+        if self.hierarchical and len(self.partitions_) > 1 and self._all_stable():
+            self._pair_partitions(rng)
+        online = set(available)
+        plan: dict[str, tuple[str, ...]] = {}
+        under_test = [p for p, s in self.partitions_.items() if not s.stable]
+        for p in under_test:
+            keys = self._keys_in(p)
+            for key in keys:
+                candidates = tuple(k for k in keys if k != key)
+                for device in self.clusters_[key].members:
+                    if device in online:
+                        plan[device] = (key, *candidates)
+        if not plan:
+            self._settle(under_test, answered=set(), changed=set(), merged=set())
+            return None
+        self._plan, self._under_test = plan, under_test
+        devices = sorted(plan, key=self._index)
+        self._metrics["probed_devices"] = float(len(devices))
+        self._metrics["probed_models"] = float(sum(len(plan[d]) for d in devices))
+        return [LossesInstruction(d, plan[d]) for d in devices]
+
+    def aggregate_probe(
+        self, server_round: int, step: int, results: ProbeResults, failures: Sequence[Failure]
+    ) -> None:
+        """Algorithms 3/4 (support) then 5 (merge) on the answers of probe step 0."""
+        plan, self._plan = self._plan, None
+        if plan is None:
+            raise ValueError(f"round {server_round}: probe answers arrived but none was asked")
+        losses = read_losses(plan, results)
+        tested = self._under_test
+        answered: set[int] = set()
+        changed: set[int] = set()
+        differences: list[Float64Array] = []
+        smallest_pool: int | None = None
+        for p in tested:
+            for key in self._keys_in(p):
+                members = [d for d in self.clusters_[key].members if d in losses]
+                if not members:
+                    continue
+                answered.add(p)
+                passing: set[str] = set()
+                for other in plan[members[0]][1:]:
+                    per_device = [losses[d][other] - losses[d][key] for d in members]
+                    differences.extend(per_device)
+                    pooled = sum(len(x) for x in per_device)
+                    smallest_pool = pooled if smallest_pool is None else min(smallest_pool, pooled)
+                    if self._supports(per_device):
+                        passing.add(other)
+                if passing != self.clusters_[key].supports:
+                    changed.add(p)
+                    self.clusters_[key].supports = passing
+        merged: set[int] = set()
+        merges = 0
+        for p in tested:
+            keys = self._keys_in(p)
+            pairs = mutual_pairs(keys, {k: self.clusters_[k].supports for k in keys})
+            for first, second in pairs:
+                self._merge(first, second, losses)
+            merges += len(pairs)
+            if pairs:
+                merged.add(p)
+        self._settle(tested, answered=answered, changed=changed, merged=merged)
+        self._report_tests(merges, differences, smallest_pool, failures)
+        logger.debug(
+            "round %d: %d clusters, %d merges, %d support edges",
+            server_round,
+            len(self.clusters_),
+            merges,
+            self._support_edges(),
+        )
+
+    def _supports(self, per_device: Sequence[Float64Array]) -> bool:
+        if self.version == 1:
+            return supports_by_wilcoxon(per_device, float(self.epsilon), float(self.alpha))
+        return supports_by_mean(per_device, float(self.epsilon))
+
+    def _merge(
+        self, first: str, second: str, losses: Mapping[str, Mapping[str, Float64Array]]
+    ) -> None:
+        """Algorithm 5 for one pair; the model with the lower validation loss on the union's
+        answering members is kept (module notes)."""
+        totals = {first: 0.0, second: 0.0}
+        for device in (*self.clusters_[first].members, *self.clusters_[second].members):
+            if device in losses:
+                for k in totals:
+                    totals[k] += float(losses[device][k].sum())
+        kept = first if totals[first] <= totals[second] else second
+        key = self._new_key()
+        merge_clusters(self.clusters_, first, second, key, self._index)
+        self.models_[key] = self.models_.pop(kept)
+        del self.models_[second if kept == first else first]
+        self._reindex()
+
+    def _settle(
+        self, partitions: Sequence[int], *, answered: set[int], changed: set[int], merged: set[int]
+    ) -> None:
+        for p in partitions:
+            settle(
+                self.partitions_[p],
+                clusters=len(self._keys_in(p)),
+                merged=p in merged,
+                answered=p in answered,
+                changed=p in changed,
+                patience=self.patience,
+            )
+
+    def _pair_partitions(self, rng: np.random.Generator) -> None:
+        """Algorithm 1: merge the partitions two by two, drawn at random."""
+        for group in pair_partitions(list(self.partitions_), rng):
+            if len(group) < 2:
+                continue
+            p = self.next_partition_
+            self.next_partition_ += 1
+            for old in group:
+                del self.partitions_[old]
+            for cluster in self.clusters_.values():
+                if cluster.partition in group:
+                    cluster.partition = p
+            self.partitions_[p] = Partition(stable=False)
+
+    def _report_tests(
+        self,
+        merges: int,
+        differences: Sequence[Float64Array],
+        smallest_pool: int | None,
+        failures: Sequence[Failure],
+    ) -> None:
+        self._metrics["merges"] = float(merges)
+        self._metrics["probe_failures"] = float(len(failures))
+        if differences:
+            pooled = np.concatenate(differences)
+            self._metrics["loss_difference_range"] = float(pooled.max() - pooled.min())
+        if self.version == 2 and smallest_pool is not None:
+            bound = 2.0 * hoeffding_tail(smallest_pool, float(self.epsilon), float(self.loss_range))
+            self._metrics["hoeffding_split_bound"] = min(1.0, bound)
+
+    # -- training rounds -------------------------------------------------------------------
+
+    def configure_round(
+        self, server_round: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[FitInstruction]:
+        """Every available device in the initial rounds, ``fraction`` of them afterwards;
+        each trains its cluster's model and those of the clusters its cluster supports."""
+        if server_round <= self.init_rounds:
+            chosen = sorted((c for c in set(available) if c in self.client_index_), key=self._index)
+        else:
+            chosen = self.sample_clients(available, rng)
+        return [FitInstruction(c, (key,)) for c in chosen for key in self.training_keys(c)]
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        """The client's own cluster model (its trainings on behalf are separate tasks)."""
+        return (self.model_key_for(client_id),)
+
+    def training_keys(self, client_id: str) -> tuple[str, ...]:
+        """Models ``client_id`` trains when sampled (Algorithm 6): its cluster's, then those
+        of the clusters its cluster supports, in cluster order."""
+        own = self.model_key_for(client_id)
+        helped = [k for k in self._ordered(self.clusters_) if own in self.clusters_[k].supports]
+        return (own, *helped)
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        """Algorithm 6: each model is the sample-weighted mean of the updates it received."""
+        by_key: dict[str, list[FitResult]] = {}
+        for r in results:
+            if r.model_key not in self.training_keys(r.client_id):
+                raise ValueError(
+                    f"client {r.client_id!r} trained {r.model_key!r}, which is neither its "
+                    "cluster's model nor one its cluster supports"
+                )
+            by_key.setdefault(r.model_key, []).append(r)
+        for key, trained in by_key.items():
+            self.models_[key] = weighted_average(
+                [r.weights for r in trained], [r.num_samples for r in trained]
+            )
+        for key in self._ordered(by_key):
+            if self.clusters_[key].partition is None:
+                self._enter(key)
+
+    # -- clustering ------------------------------------------------------------------------
+
+    def model_key_for(self, client_id: str) -> str:
+        if client_id not in self._owner:
+            raise KeyError(f"unknown client {client_id!r}")
+        return self._owner[client_id]
+
+    def cluster_labels(self) -> dict[str, int]:
+        """Clusters numbered in order of their first member."""
+        position = {k: i for i, k in enumerate(self._ordered(self.clusters_))}
+        return {c: position[self._owner[c]] for c in self.client_ids_}
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the clustering is final: one stable partition at most, nobody waiting."""
+        waiting = any(c.partition is None for c in self.clusters_.values())
+        return not waiting and len(self.partitions_) <= 1 and self._all_stable()
+
+    def supporters(self, key: str) -> list[str]:
+        """Keys of the clusters that support cluster ``key`` (C.sup), in cluster order."""
+        return self._ordered(self.clusters_[key].supports)
+
+    def round_metrics(self) -> dict[str, float]:
+        """Clusters, support edges, partitions and whether the clustering is frozen; in rounds
+        with a support test also the devices and models probed, merges, probe failures, the
+        range of the per-sample loss differences and (version 2) ``hoeffding_split_bound``:
+        eq. 20's 2·exp(−2nε²/(b−a)²), the chance that one test splits two devices of one
+        distribution, for the smallest pooled sample count n tested."""
+        metrics = {
+            "clusters": float(len(self.clusters_)),
+            "support_edges": float(self._support_edges()),
+            "partitions": float(len(self.partitions_)),
+            "frozen": float(self.frozen),
+        }
+        metrics.update(self._metrics)
+        return metrics
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "clusters": [c.to_json(k) for k, c in self.clusters_.items()],
+            "partitions": [[p, s.stable, s.changing_rounds] for p, s in self.partitions_.items()],
+            "next_cluster": self.next_cluster_,
+            "next_partition": self.next_partition_,
+            "metrics": dict(self._metrics),
+        }
+        return meta, {}
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self._validate()
+        clusters = dict(Cluster.from_json(record) for record in meta["clusters"])
+        if set(clusters) != set(self.models_):
+            raise ValueError("state's clusters and models do not match")
+        members = sorted(m for c in clusters.values() for m in c.members)
+        if members != sorted(self.client_ids_):
+            raise ValueError("state's clusters do not hold every client exactly once")
+        self.clusters_ = clusters
+        self.partitions_ = {
+            int(p): Partition(stable=bool(s), changing_rounds=int(n))
+            for p, s, n in meta["partitions"]
+        }
+        self.next_cluster_ = int(meta["next_cluster"])
+        self.next_partition_ = int(meta["next_partition"])
+        self._metrics = {str(k): float(v) for k, v in meta["metrics"].items()}
+        self._plan, self._under_test = None, []
+        self._reindex()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _new_key(self) -> str:
+        key = cluster_key(self.next_cluster_)
+        self.next_cluster_ += 1
+        return key
+
+    def _new_singletons(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
+        theta = np.array(model_factory(0), dtype=np.float32)
+        for c in client_ids:
+            key = self._new_key()
+            self.models_[key] = theta.copy()
+            self.clusters_[key] = Cluster(members=[c])
+        self._reindex()
+
+    def _set_clients(self, client_ids: Sequence[str]) -> None:
+        self.client_ids_ = tuple(client_ids)
+        self.client_index_ = {c: i for i, c in enumerate(self.client_ids_)}
+
+    def _reindex(self) -> None:
+        self._owner = {m: k for k, c in self.clusters_.items() for m in c.members}
+
+    def _ordered(self, keys: Sequence[str] | set[str] | Mapping[str, Any]) -> list[str]:
+        """Cluster keys by their first member's registration order."""
+        return sorted(keys, key=lambda k: self._index(self.clusters_[k].members[0]))
+
+    def _keys_in(self, p: int) -> list[str]:
+        return self._ordered([k for k, c in self.clusters_.items() if c.partition == p])
+
+    def _all_stable(self) -> bool:
+        return all(p.stable for p in self.partitions_.values())
+
+    def _support_edges(self) -> int:
+        return sum(len(c.supports) for c in self.clusters_.values())
+
+    def _enter(self, key: str) -> None:
+        """A cluster trained for the first time joins a partition (module notes)."""
+        if self.hierarchical or not self.partitions_:
+            p = self.next_partition_
+            self.next_partition_ += 1
+            self.partitions_[p] = Partition(stable=True)
+        else:
+            p = next(iter(self.partitions_))
+        self.clusters_[key].partition = p
+        self._retest(p)
+
+    def _retest(self, p: int) -> None:
+        """Mark partition ``p`` for testing again (or drop it if empty)."""
+        count = len(self._keys_in(p))
+        if count == 0:
+            self.partitions_.pop(p, None)
+        else:
+            self.partitions_[p] = Partition(stable=count <= 1)

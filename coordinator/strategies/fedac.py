@@ -1,0 +1,510 @@
+"""FedAC: personalised models, a global embedding and adaptively many cluster centres.
+
+Zhang, Chen, Lin, Chen & Zhao, "FedAC: an adaptive clustered federated learning framework
+for heterogeneous data" (2024), eq. 3 and Algorithms 1–3. The server holds
+
+* one personalised model ω_i per client (``"client/<id>"``), which the client trains and
+  predicts with;
+* K cluster centres Ω_k (``"cluster/<n>"``; a key is never used twice, so a centre made by
+  a split never takes the name of an older one);
+* the global embedding Φ (``"embedding"``, a full-length vector of which only the
+  embedding part φ — every layer but the last linear one — is ever used).
+
+Each round (Algorithm 1): the sampled clients train ω_i with the proximal terms of
+LocalUpdate line 4 — μ·(ω − Ω_k*) over the whole model and λ·(φ − Φ) over the embedding
+(:class:`~faultfleet.tasks.ProximalTerm`); the server sets Φ to the mean of the new models
+(line 9), computes the low-rank cosine similarity of every client with every centre
+(Algorithm 2, :mod:`.fedac_clustering`), assigns every client to its most similar centre
+(E-step, eq. 4), recomputes the centres as their members' means (M-step, eq. 5) and, every
+``tune_every`` rounds, merges or splits one cluster by its granularity G_c (Algorithm 3).
+
+Decisions on what the paper leaves open (``docs/federated.md`` gives the measurements):
+
+- Φ is the plain mean of the sampled clients' models (papers/README.md: eq. 3's sum is an
+  average), unweighted like eq. 5 and eq. 3's "macroscopic view".
+- The PCA map M (Algorithm 2, UpdateMap) is fitted on a buffer of client models accumulated
+  over rounds: each round with at least two answers adds its models minus that round's mean
+  (``buffer_size`` rows kept, oldest dropped). A round of |S| models gives at most |S| − 1
+  directions; accumulating deviations reaches D = ``components`` after a few rounds, and
+  centring each round on its own mean keeps the directions about how clients *differ*
+  rather than how training moves them all over time. The map is refitted after every round
+  while it has fewer than D directions, then every ``map_every`` rounds.
+- LrCos is the cosine of M(ω − c) and M(Ω − c) with c the mean of the current models of all
+  clients that have trained. Without centring every model is the shared initialisation plus
+  a small update, so all cosines are close to 1 and nothing is discriminated.
+- Eq. 4's argmin of a similarity is read as the *most* similar centre. Before the E-step
+  the centres are brought up to date with this round's models (an M-step), and a client is
+  compared with its own centre *without itself* (the mean of the other members): a centre
+  that contains a client always looks like it, which kept clients in wrong clusters of a
+  few members. Ties keep the current cluster. Lone members keep their own centre; the tuning
+  merges them (their G_c is 0).
+- Clustering starts after ``warmup`` rounds of training with the λ term only (no centre
+  exists yet): the K initial centres are then seeded by farthest-first traversal on LrCos
+  among the clients that have trained (the paper does not say how Ω^0 is initialised; K
+  copies of one model would tie every similarity). Before that, clients are labelled
+  round-robin over the K initial clusters.
+- Clients that have never trained still hold the initial model. They are assigned by the
+  E-step like the others but do not enter the M-step or G_c: their model says nothing about
+  their data. A cluster left without trained members is dropped.
+- G_c uses squared distances between full weight vectors, as Algorithm 3 writes; with K = 1
+  there is no inter-cluster distance and the lone cluster splits (G_c = ∞). A tuning step
+  makes at most one change, merges first: the cluster of smallest G_c below ``gc_low``
+  merges into the cluster whose centre is most similar in LrCos (in Euclidean distance the
+  centre of a lone client is noisy and looked closer to a big cluster of another group than
+  to its own group's other pieces); otherwise the cluster of largest G_c above ``gc_high``
+  (with at least two distinct members) splits: its members are bisected along their first
+  principal direction in the low-rank space, each half's mean is a new centre, and one
+  re-clustering (M-, E- and M-step over every client) follows, the paper's "initialising
+  two new centres and conducting one re-clustering iteration".
+- A round in which no client answered changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy, check_positive_int
+from coordinator.strategies.fedac_clustering import (
+    assign_most_similar,
+    bisect,
+    cluster_means,
+    cosine_matrix,
+    farthest_first,
+    granularity,
+    leave_one_out_similarity,
+    low_rank_scores,
+    plan_tuning,
+    principal_directions,
+)
+from faultfleet.tasks import Failure, FitInstruction, FitResult, ProximalTerm
+from faultfleet.types import Float64Array, IntArray
+
+logger = logging.getLogger(__name__)
+
+EMBEDDING = "embedding"
+"""Key of the global embedding Φ."""
+
+
+def client_key(client_id: str) -> str:
+    """Key of a client's personalised model."""
+    return f"client/{client_id}"
+
+
+def cluster_key(number: int) -> str:
+    """Key of cluster centre number ``number``."""
+    return f"cluster/{number}"
+
+
+class FedAC(Strategy):
+    """Personalised models regularised towards adaptive cluster centres and a global embedding.
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c sampled each round (FedAC §5.1: 25 of 100).
+    n_clusters : int
+        Initial number of clusters K; cluster-number tuning changes it.
+    mu : float
+        μ of eq. 3, strength of the pull towards the client's cluster centre (whole model).
+    lam : float
+        λ of eq. 3, strength of the pull of the embedding part towards Φ.
+    components : int
+        D, dimension of the low-rank space of Algorithm 2 (50 in §4.3).
+    map_every : int
+        Rounds between refits of the PCA map once it has D directions.
+    buffer_size : int
+        Client-model deviations kept for fitting the map; must exceed ``components``.
+    gc_low, gc_high : float
+        Bounds a and b on G_c (Algorithm 3; (0.2, 0.8) in §5.5): below a a cluster merges
+        into the one with the most similar centre, above b it splits in two.
+    tune_every : int
+        Rounds between cluster-number tuning steps.
+    warmup : int
+        Rounds of training before the centres are seeded (0: seed after round 1).
+
+    Attributes
+    ----------
+    labels_ : dict of str to str
+        The assignment R: every client's cluster key.
+    trained_ : set of str
+        Clients that have answered at least once.
+    buffer_ : array of shape (n, n_params), float32
+        Per-round deviations of client models that the PCA map is fitted on.
+    directions_ : array of shape (D', n_params), float32
+        The PCA map M, D' <= ``components`` orthonormal rows.
+    """
+
+    name: ClassVar[str] = "fedac"
+
+    def __init__(
+        self,
+        *,
+        fraction: float = 0.25,
+        n_clusters: int = 2,
+        mu: float = 0.03,
+        lam: float = 0.01,
+        components: int = 50,
+        map_every: int = 10,
+        buffer_size: int = 100,
+        gc_low: float = 0.2,
+        gc_high: float = 0.8,
+        tune_every: int = 3,
+        warmup: int = 3,
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.n_clusters = n_clusters
+        self.mu = mu
+        self.lam = lam
+        self.components = components
+        self.map_every = map_every
+        self.buffer_size = buffer_size
+        self.gc_low = gc_low
+        self.gc_high = gc_high
+        self.tune_every = tune_every
+        self.warmup = warmup
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        check_positive_int("n_clusters", self.n_clusters)
+        for name, value in (("mu", self.mu), ("lam", self.lam)):
+            if not _is_real(value) or not 0.0 <= float(value) < np.inf:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        check_positive_int("components", self.components)
+        check_positive_int("map_every", self.map_every)
+        check_positive_int("buffer_size", self.buffer_size, minimum=2)
+        if self.buffer_size <= self.components:
+            raise ValueError(
+                f"buffer_size must be > components to fit {self.components} directions, got "
+                f"{self.buffer_size}; use at least {2 * self.components}"
+            )
+        for name, value in (("gc_low", self.gc_low), ("gc_high", self.gc_high)):
+            if not _is_real(value) or not 0.0 <= float(value) < np.inf:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not self.gc_low < self.gc_high:
+            raise ValueError(
+                f"gc_low must be < gc_high, got gc_low={self.gc_low!r}, gc_high={self.gc_high!r}"
+                "; the paper uses 0.2 and 0.8"
+            )
+        check_positive_int("tune_every", self.tune_every)
+        check_positive_int("warmup", self.warmup, minimum=0)
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self._validate()
+        initial = np.array(model_factory(0), dtype=np.float32)
+        for c in self.client_ids_:
+            self.models_[client_key(c)] = initial.copy()
+        for n in range(self.n_clusters):
+            self.models_[cluster_key(n)] = initial.copy()
+        self.models_[EMBEDDING] = initial.copy()
+        self.labels_: dict[str, str] = {
+            c: cluster_key(i % self.n_clusters) for i, c in enumerate(self.client_ids_)
+        }
+        self.trained_: set[str] = set()
+        self.next_cluster_ = self.n_clusters
+        self.seeded_round_: int | None = None
+        self.tuned_round_ = 0
+        self.buffer_ = np.zeros((0, initial.shape[0]), dtype=np.float32)
+        self.directions_ = np.zeros((0, initial.shape[0]), dtype=np.float32)
+        self.map_round_ = 0
+        self.metrics_: dict[str, float] = {}
+
+    # -- training rounds -------------------------------------------------------------------
+
+    def configure_round(
+        self, server_round: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[FitInstruction]:
+        """Sampled clients train their own model with the μ and λ terms (Algorithm 1, l. 5)."""
+        return [
+            FitInstruction(c, self.fit_models(server_round, c), self.proximal_terms(c))
+            for c in self.sample_clients(available, rng)
+        ]
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        return (client_key(client_id),)
+
+    def proximal_terms(self, client_id: str) -> tuple[ProximalTerm, ...]:
+        """LocalUpdate line 4: μ towards the client's centre (once seeded), λ towards Φ."""
+        terms = []
+        if self.seeded_round_ is not None and self.mu > 0:
+            terms.append(ProximalTerm(self.labels_[client_id], float(self.mu), "all"))
+        if self.lam > 0:
+            terms.append(ProximalTerm(EMBEDDING, float(self.lam), "embedding"))
+        return tuple(terms)
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        for r in results:
+            if r.model_key != client_key(r.client_id):
+                raise ValueError(
+                    f"client {r.client_id!r} trained {r.model_key!r}, expected its own model "
+                    f"{client_key(r.client_id)!r}"
+                )
+        self.metrics_ = {}
+        if not results:
+            return
+        for r in results:
+            self.models_[client_key(r.client_id)] = np.array(r.weights, dtype=np.float32)
+            self.trained_.add(r.client_id)
+        stacked = np.stack([np.asarray(r.weights, dtype=np.float64) for r in results])
+        self.models_[EMBEDDING] = stacked.mean(axis=0).astype(np.float32)  # line 9
+        self._accumulate(stacked)
+        self._refresh_map(server_round)
+        merges = splits = 0
+        if self.seeded_round_ is None:
+            if server_round >= self.warmup:
+                self._seed(server_round)
+        else:
+            self._recluster()  # lines 10-12
+            if server_round - self.tuned_round_ >= self.tune_every:
+                merges, splits = self._tune(server_round)  # line 13
+        self._record(merges, splits)
+
+    # -- Algorithm 2: the low-rank map -----------------------------------------------------
+
+    def _accumulate(self, stacked: Float64Array) -> None:
+        """Add this round's models minus their mean to the buffer (oldest rows drop out)."""
+        if stacked.shape[0] < 2:
+            return
+        deviations = (stacked - stacked.mean(axis=0)).astype(np.float32)
+        self.buffer_ = np.concatenate([self.buffer_, deviations])[-self.buffer_size :]
+
+    def _refresh_map(self, server_round: int) -> None:
+        growing = self.directions_.shape[0] < self.components
+        if growing or server_round - self.map_round_ >= self.map_every:
+            directions = principal_directions(self.buffer_, self.components)
+            self.directions_ = directions.astype(np.float32)  # halves the checkpoint
+            self.map_round_ = server_round
+
+    def similarity(self, models: Float64Array, centres: Float64Array) -> Float64Array:
+        """LrCos (Algorithm 2) of each model (n, n_params) with each centre (K, n_params)."""
+        centre = self._population_mean()
+        return cosine_matrix(
+            low_rank_scores(models, self.directions_, centre),
+            low_rank_scores(centres, self.directions_, centre),
+        )
+
+    def _population_mean(self) -> Float64Array:
+        mean: Float64Array = self._client_models(self._trained_clients()).mean(axis=0)
+        return mean
+
+    # -- Algorithm 1, lines 10-12: re-clustering -------------------------------------------
+
+    def _seed(self, server_round: int) -> None:
+        """Initial centres: farthest-first among trained clients, then E- and M-steps."""
+        trained = self._trained_clients()
+        models = self._client_models(trained)
+        picks = farthest_first(self.similarity(models, models), self.n_clusters)
+        for key in self.cluster_keys():
+            del self.models_[key]
+        for n, pick in enumerate(sorted(picks)):
+            self.models_[cluster_key(n)] = models[pick].astype(np.float32)
+            self.labels_[trained[pick]] = cluster_key(n)
+        self.seeded_round_ = server_round
+        self.tuned_round_ = server_round
+        self._recluster(update_first=False)
+
+    def _recluster(self, *, update_first: bool = True) -> None:
+        """M-step, E-step on LrCos over every client, M-step (eq. 5, eq. 4, eq. 5).
+
+        The first M-step brings the centres up to date with this round's models, so that a
+        member's leave-one-out centre is exact (see
+        :func:`~.fedac_clustering.leave_one_out_similarity`). With ``update_first=False``
+        the centres are seeds, not means of members: the first E-step compares with them
+        as they are. Clusters left without a trained member are dropped and the steps
+        repeated.
+        """
+        if update_first:
+            self._update_centres()
+        while True:
+            keys = self.cluster_keys()
+            position = {k: n for n, k in enumerate(keys)}
+            centres = np.stack([self.models_[k].astype(np.float64) for k in keys])
+            current = np.array([position.get(self.labels_[c], -1) for c in self.client_ids_])
+            member = np.array([c in self.trained_ for c in self.client_ids_])
+            centre = self._population_mean()
+            scores = low_rank_scores(
+                self._client_models(self.client_ids_), self.directions_, centre
+            )
+            sizes = np.bincount(current[member & (current >= 0)], minlength=len(keys))
+            sim = leave_one_out_similarity(
+                scores,
+                low_rank_scores(centres, self.directions_, centre),
+                np.where(member, current, -1) if update_first else np.full_like(current, -1),
+                sizes,
+            )
+            labels = assign_most_similar(sim, current)
+            self.labels_ = {c: keys[int(n)] for c, n in zip(self.client_ids_, labels, strict=True)}
+            members = {self.labels_[c] for c in self._trained_clients()}
+            empty = [k for k in keys if k not in members]
+            for key in empty:
+                del self.models_[key]
+            self._update_centres()
+            update_first = True
+            if not empty:
+                return
+
+    def _update_centres(self) -> None:
+        """M-step (eq. 5): each centre is the mean of its trained members' models."""
+        keys, models, _, labels = self._granularity_inputs()
+        means = cluster_means(models, labels, len(keys))
+        for n, key in enumerate(keys):
+            self.models_[key] = means[n].astype(np.float32)
+
+    # -- Algorithm 3: cluster-number tuning ------------------------------------------------
+
+    def _granularity_inputs(self) -> tuple[list[str], Float64Array, Float64Array, IntArray]:
+        """Cluster keys, trained clients' models, centres and the clients' cluster indices."""
+        trained = self._trained_clients()
+        keys = self.cluster_keys()
+        position = {k: n for n, k in enumerate(keys)}
+        labels = np.array([position[self.labels_[c]] for c in trained], dtype=np.int64)
+        centres = np.stack([self.models_[k].astype(np.float64) for k in keys])
+        return keys, self._client_models(trained), centres, labels
+
+    def _tune(self, server_round: int) -> tuple[int, int]:
+        """One merge or split as Algorithm 3 asks (at most one per tuning step)."""
+        self.tuned_round_ = server_round
+        keys, models, centres, labels = self._granularity_inputs()
+        g = granularity(models, labels, centres)
+        distinct = [
+            len({models[i].tobytes() for i in np.flatnonzero(labels == n)})
+            for n in range(len(keys))
+        ]
+        step = plan_tuning(
+            g.ratio,
+            1.0 - self.similarity(centres, centres),
+            [d >= 2 for d in distinct],
+            self.gc_low,
+            self.gc_high,
+        )
+        if step is None:
+            return 0, 0
+        if step.kind == "merge":
+            source, target = keys[step.cluster], keys[step.into]
+            logger.debug("round %d: merge %s into %s", server_round, source, target)
+            self.labels_ = {c: target if k == source else k for c, k in self.labels_.items()}
+            del self.models_[source]
+            self._update_centres()
+            return 1, 0
+        self._split(server_round, keys[step.cluster])
+        return 0, 1
+
+    def _split(self, server_round: int, key: str) -> None:
+        """Two new centres from a bisection of the cluster, then one re-clustering."""
+        members = [c for c in self._trained_clients() if self.labels_[c] == key]
+        models = self._client_models(members)
+        first_side = bisect(low_rank_scores(models, self.directions_, self._population_mean()))
+        if first_side.all():  # no spread in the low-rank space: bisect the full models
+            first_side = bisect(models)
+        logger.debug(
+            "round %d: split %s, %d + %d", server_round, key, first_side.sum(), (~first_side).sum()
+        )
+        del self.models_[key]
+        first, second = cluster_key(self.next_cluster_), cluster_key(self.next_cluster_ + 1)
+        self.next_cluster_ += 2
+        self.models_[first] = models[first_side].mean(axis=0).astype(np.float32)
+        self.models_[second] = models[~first_side].mean(axis=0).astype(np.float32)
+        self.labels_.update(
+            {c: first if side else second for c, side in zip(members, first_side, strict=True)}
+        )
+        self.labels_ = {c: first if k == key else k for c, k in self.labels_.items()}
+        self._recluster()
+
+    # -- evaluation and clustering -----------------------------------------------------------
+
+    def model_key_for(self, client_id: str) -> str:
+        """Every client predicts with its personalised model."""
+        if client_id not in self.client_index_:
+            raise KeyError(f"unknown client {client_id!r}")
+        return client_key(client_id)
+
+    def cluster_labels(self) -> dict[str, int]:
+        """The assignment R (not the serving model, which is personal), clusters numbered in
+        order of creation."""
+        index = {k: n for n, k in enumerate(self.cluster_keys())}
+        return {c: index[self.labels_[c]] for c in self.client_ids_}
+
+    def cluster_keys(self) -> list[str]:
+        """Keys of the current cluster centres, in order of creation."""
+        keys = [k for k in self.models_ if k.startswith("cluster/")]
+        return sorted(keys, key=lambda k: int(k.removeprefix("cluster/")))
+
+    def round_metrics(self) -> dict[str, float]:
+        """K, G_c statistics, merges and splits of the last round, PCA map size."""
+        return dict(self.metrics_)
+
+    def _record(self, merges: int, splits: int) -> None:
+        metrics = {
+            "clusters": float(len(self.cluster_keys())),
+            "merges": float(merges),
+            "splits": float(splits),
+            "map_components": float(self.directions_.shape[0]),
+        }
+        if self.seeded_round_ is not None:
+            _, models, centres, labels = self._granularity_inputs()
+            ratio = granularity(models, labels, centres).ratio
+            finite = ratio[np.isfinite(ratio)]
+            if finite.size:
+                metrics["gc_mean"] = float(finite.mean())
+                metrics["gc_min"] = float(finite.min())
+                metrics["gc_max"] = float(finite.max())
+        self.metrics_ = metrics
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _trained_clients(self) -> list[str]:
+        return [c for c in self.client_ids_ if c in self.trained_]
+
+    def _client_models(self, clients: Sequence[str]) -> Float64Array:
+        return np.stack([self.models_[client_key(c)].astype(np.float64) for c in clients])
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "labels": [self.labels_[c] for c in self.client_ids_],
+            "trained": [c in self.trained_ for c in self.client_ids_],
+            "next_cluster": self.next_cluster_,
+            "seeded_round": self.seeded_round_,
+            "tuned_round": self.tuned_round_,
+            "map_round": self.map_round_,
+            "metrics": self.metrics_,
+        }
+        arrays: dict[str, np.ndarray[Any, Any]] = {
+            "buffer": self.buffer_.copy(),
+            "directions": self.directions_.copy(),
+        }
+        return meta, arrays
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self._validate()
+        labels, trained = meta["labels"], meta["trained"]
+        if len(labels) != len(self.client_ids_) or len(trained) != len(self.client_ids_):
+            raise ValueError(
+                f"state lists {len(labels)} cluster labels for {len(self.client_ids_)} clients"
+            )
+        keys = set(self.cluster_keys())
+        unknown = sorted(set(labels) - keys)
+        if unknown:
+            raise ValueError(f"state assigns clients to missing cluster centres {unknown}")
+        self.labels_ = dict(zip(self.client_ids_, labels, strict=True))
+        self.trained_ = {c for c, t in zip(self.client_ids_, trained, strict=True) if t}
+        self.next_cluster_ = int(meta["next_cluster"])
+        seeded = meta["seeded_round"]
+        self.seeded_round_ = None if seeded is None else int(seeded)
+        self.tuned_round_ = int(meta["tuned_round"])
+        self.map_round_ = int(meta["map_round"])
+        self.metrics_ = {str(k): float(v) for k, v in meta["metrics"].items()}
+        self.buffer_ = np.array(arrays["buffer"], dtype=np.float32)
+        self.directions_ = np.array(arrays["directions"], dtype=np.float32)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

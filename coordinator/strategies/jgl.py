@@ -1,0 +1,432 @@
+"""JGL: device-side cluster identity from gradient similarity and loss.
+
+Lin, Chen, Yang, Wu & Liu, "A joint gradient and loss based clustered federated learning
+design" (Algorithm 1). The server holds K cluster models from K independent
+initialisations. Every round each sampled device receives all K models and returns, on one
+mini-batch of its training data (the same for every model), the loss L_ik (eq. 1) and its
+gradient ∇L_ik of every model (lines 3–9, a probe). Its identity is
+s_i = argmax_k λ·S_ik − (1 − λ)·L_ik (eq. 4, line 10; ties to the lowest k), S_ik being
+the similarity of its gradient and the cluster's last update Δw_k = w_k(t) − w_k(t−1)
+(eqs. 2–3); the paper has the device evaluate eq. 4, here the server applies the same rule
+to what the device sent. Empty clusters get a device (§II-C); each device trains its
+cluster's model and each cluster model becomes the average of its devices' (eqs. 5–7).
+
+Decisions on points the paper leaves open (papers/README.md asks for the first):
+
+- **Sign of S.** Δw_k is a step *against* the gradient (w moves along −∇), so eq. 3 taken
+  literally gives a device of cluster k a cosine near −1 with its own cluster and would
+  push it away. We compare the device's *descent direction* with the update:
+  S_ik = cos(−∇L_ik, Δw_k), so a device whose gradient asks the model to keep moving the way
+  its cluster last moved scores +1 there (tested). The Euclidean alternative of §II-B is
+  likewise S_ik = −‖(−∇L_ik) − Δw_k‖ (not scale-free: a weight step against a gradient).
+- **Loss.** L_ik is the *mean* loss on the mini-batch (what a
+  :class:`~faultfleet.tasks.GradientResult` carries), not eq. 1's sum, so that λ does not
+  depend on the batch size; the sum with batch size B and weight λ ranks like the mean with
+  λ' where λ'/(1 − λ') = λ/((1 − λ)·B).
+- **No last update yet.** S needs Δw_k for every k; until every cluster has been updated
+  once (round 1 in particular) S = 0 for all k and the identity is by loss alone.
+- **Reference direction** (option ``reference``). Eq. 2 defines Δw_k as the change of
+  the cluster model, and the text glosses it as "the average gradient of all devices in
+  cluster k at iteration t−1": the two agree for the paper's single gradient step per
+  round (eq. 5), not for several epochs of Adam, whose update mostly carries the
+  optimiser's state. ``reference="update"`` (default) is eq. 2 as written;
+  ``reference="gradient"`` takes the gloss: −(mean of the probe gradients ∇L_ik that the
+  devices which trained cluster k last sent for k's model), a descent direction like Δw_k.
+- **Clusters not updated** in a round keep their model and their last Δw (the latest
+  direction their data asked for; Δw = 0 would give an arbitrary S = 0).
+- **Empty-cluster fix** (§II-C: every cluster needs a device each round). In index order,
+  each empty cluster receives one device drawn uniformly (from the round's sampling
+  generator) among those whose cluster has several; a device alone is never moved, and
+  with fewer devices than clusters some stay empty. A moved device trains its new cluster.
+- **Aggregation** (eq. 7) weights by training-sample count, like IFCA and FedAvg here (the
+  paper's plain mean when counts are equal), so JGL and IFCA differ only in placement.
+- **Local update.** The device runs the run's local training (:class:`~faultfleet.tasks.
+  TrainConfig`, E epochs) from its cluster's model, instead of eq. 5's single step.
+- **Failures.** A device whose probe failed gets no identity this round and does not train;
+  one whose training failed keeps the identity it chose.
+- **Labels.** Each client's latest identity; clients never placed yet share the extra label
+  K and predict with the lowest-training-loss of the K models.
+- **Without a probe** in the round (a caller driving rounds without probing), clients are
+  sampled in ``configure_round`` and sent all K models: each trains its lowest-training-loss
+  one (IFCA's rule, i.e. λ = 0 on its whole training set).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from coordinator.aggregate import weighted_average
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy, check_positive_int
+from coordinator.strategies.ifca import cluster_key
+from faultfleet.tasks import (
+    Failure,
+    FitInstruction,
+    FitResult,
+    GradientInstruction,
+    GradientResult,
+    ProbeInstructions,
+    ProbeResults,
+)
+from faultfleet.types import Float64Array, IntArray
+
+Similarity = Literal["cosine", "euclidean"]
+SIMILARITIES: tuple[str, ...] = ("cosine", "euclidean")
+Reference = Literal["update", "gradient"]
+REFERENCES: tuple[str, ...] = ("update", "gradient")
+
+
+def descent_similarity(
+    gradients: npt.ArrayLike, updates: npt.ArrayLike, kind: str = "cosine"
+) -> Float64Array:
+    """S_ik of eq. 3 for one device, with the descent direction −∇L_ik (module docstring).
+
+    Parameters
+    ----------
+    gradients : array of shape (K, n_params)
+        ∇L_ik: the device's gradient of every cluster model's loss.
+    updates : array of shape (K, n_params)
+        Δw_k: every cluster's last update.
+    kind : "cosine" or "euclidean"
+        ``cos(−∇L_ik, Δw_k)`` (0 when either is zero) or ``−‖−∇L_ik − Δw_k‖``.
+
+    Returns
+    -------
+    array of shape (K,), float64
+    """
+    descent = -np.asarray(gradients, dtype=np.float64)
+    step = np.asarray(updates, dtype=np.float64)
+    if kind == "euclidean":
+        return np.asarray(-np.linalg.norm(descent - step, axis=1), dtype=np.float64)
+    if kind != "cosine":
+        raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {kind!r}")
+    norms = np.linalg.norm(descent, axis=1) * np.linalg.norm(step, axis=1)
+    dots = np.einsum("kn,kn->k", descent, step)
+    safe = np.where(norms > 0, norms, 1.0)
+    return np.where(norms > 0, np.clip(dots / safe, -1.0, 1.0), 0.0)
+
+
+def identity_scores(losses: npt.ArrayLike, similarity: npt.ArrayLike, lam: float) -> Float64Array:
+    """Eq. 4's objective λ·S_ik − (1 − λ)·L_ik for every cluster k, shape (K,)."""
+    return lam * np.asarray(similarity, dtype=np.float64) - (1.0 - lam) * np.asarray(
+        losses, dtype=np.float64
+    )
+
+
+def fill_empty_clusters(
+    assignment: IntArray, n_clusters: int, rng: np.random.Generator
+) -> tuple[IntArray, int]:
+    """§II-C: give every empty cluster one device taken from a cluster with several.
+
+    Parameters
+    ----------
+    assignment : array of shape (n_devices,), int
+        Cluster index of each device, in [0, n_clusters).
+    n_clusters : int
+    rng : numpy.random.Generator
+        Drawn from only when a cluster is empty.
+
+    Returns
+    -------
+    (assignment, moves)
+        A new array (the input is not modified) and the number of devices moved. Empty
+        clusters are filled in index order, each with a device drawn uniformly among those
+        whose cluster has more than one member; when none is left, the rest stay empty.
+    """
+    result = np.array(assignment, dtype=np.int64)
+    moves = 0
+    for empty in range(n_clusters):
+        if np.any(result == empty):
+            continue
+        counts = np.bincount(result, minlength=n_clusters)
+        donors = np.flatnonzero(counts[result] > 1)
+        if donors.size == 0:
+            break
+        result[int(rng.choice(donors))] = empty
+        moves += 1
+    return result, moves
+
+
+class JointGradientLoss(Strategy):
+    """K cluster models; each device picks one by gradient similarity and loss (eq. 4).
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c sampled each round; Algorithm 1 has every device take part (1.0).
+    n_clusters : int
+        Number K of cluster models, fixed for the whole run.
+    lam : float in [0, 1]
+        λ of eq. 4, the weight of the gradient similarity against the loss (paper: 0.2).
+    batch_size : int
+        Samples of the probe mini-batch Z_i (clipped by the client to its data size).
+    similarity : "cosine" or "euclidean"
+        Eq. 3's cosine, or the negative Euclidean distance of §II-B.
+    reference : "update" or "gradient"
+        What S compares with: the cluster's last update Δw_k (eq. 2), or the descent
+        direction of its devices' last probe gradients (the paper's gloss of eq. 2).
+
+    Attributes
+    ----------
+    identities_ : dict of str to int
+        Latest cluster of every client placed so far.
+    last_update_ : array of shape (K, n_params), float32
+        Δw_k, each cluster's last update; ``has_update_`` (K,) says which are known.
+    choices_ : dict of str to int
+        Identities the devices chose by eq. 4 in the latest probe, before the empty-cluster
+        fix.
+    """
+
+    name: ClassVar[str] = "jgl"
+    probes: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        fraction: float = 1.0,
+        n_clusters: int = 4,
+        lam: float = 0.2,
+        batch_size: int = 64,
+        similarity: Similarity = "cosine",
+        reference: Reference = "update",
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.n_clusters = n_clusters
+        self.lam = lam
+        self.batch_size = batch_size
+        self.similarity = similarity
+        self.reference = reference
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self._validate()
+        for k in range(self.n_clusters):
+            self.models_[cluster_key(k)] = np.array(model_factory(k), dtype=np.float32)
+        self.last_update_ = np.zeros((self.n_clusters, self._model_size()), dtype=np.float32)
+        self.has_update_ = np.zeros(self.n_clusters, dtype=bool)
+        self.identities_: dict[str, int] = {}
+        self.choices_: dict[str, int] = {}
+        self.probe_round_: int | None = None
+        self.probed_: tuple[str, ...] = ()
+        self.plan_round_: int | None = None
+        self.plan_: dict[str, int] | None = None
+        self.metrics_: dict[str, float] = {}
+        self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
+
+    def _validate(self) -> None:
+        check_positive_int("n_clusters", self.n_clusters)
+        check_positive_int("batch_size", self.batch_size)
+        lam = self.lam
+        if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
+            raise ValueError(
+                f"lam must be a number in [0, 1] (eq. 4's weight of the gradient similarity), "
+                f"got {lam!r}; the paper's best is 0.2"
+            )
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(
+                f"similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}"
+            )
+        if self.reference not in REFERENCES:
+            raise ValueError(
+                f"reference must be one of {', '.join(REFERENCES)}, got {self.reference!r}"
+            )
+
+    # -- probe: losses and gradients, identities -------------------------------------------
+
+    def configure_probe(
+        self, server_round: int, step: int, available: Sequence[str], rng: np.random.Generator
+    ) -> ProbeInstructions | None:
+        """Step 0: sample the round's devices and ask each for all K losses and gradients."""
+        if step > 0:
+            return None
+        sample = self.sample_clients(available, rng)
+        self.probe_round_ = server_round
+        self.probed_ = tuple(sample)
+        self.choices_ = {}
+        self.metrics_ = {"probed": float(len(sample)), "similarity_used": 0.0}
+        keys = tuple(self.models_)
+        return [GradientInstruction(c, keys, self.batch_size) for c in sample]
+
+    def aggregate_probe(
+        self,
+        server_round: int,
+        step: int,
+        results: ProbeResults,
+        failures: Sequence[Failure],
+    ) -> None:
+        """Each answering device's identity by eq. 4; failed devices get none this round."""
+        if server_round != self.probe_round_ or step != 0:
+            raise ValueError(
+                f"probe answers for round {server_round} step {step}, but the probe sent was "
+                f"round {self.probe_round_} step 0"
+            )
+        keys = list(self.models_)
+        use_similarity = bool(self.has_update_.all())
+        chosen: dict[str, int] = {}
+        similarities: list[float] = []
+        self.probe_gradients_ = {}
+        for r in results:
+            if not isinstance(r, GradientResult):
+                raise TypeError(f"jgl probes for gradients, got {type(r).__name__}")
+            self._check_probe_answer(r, keys, chosen)
+            losses = np.array([r.losses[k] for k in keys], dtype=np.float64)
+            similarity = np.zeros(len(keys))
+            if use_similarity:
+                gradients = np.stack([np.asarray(r.gradients[k], np.float64) for k in keys])
+                similarity = descent_similarity(gradients, self.last_update_, self.similarity)
+            k = int(np.argmax(identity_scores(losses, similarity, self.lam)))
+            chosen[r.client_id] = k
+            if self.reference == "gradient":
+                self.probe_gradients_[r.client_id] = np.stack(
+                    [np.asarray(r.gradients[key], np.float32) for key in keys]
+                )
+            similarities.append(float(similarity[k]))
+        self.choices_ = chosen
+        self.metrics_ = {
+            "probed": float(len(self.probed_)),
+            "probe_failures": float(len(failures)),
+            "similarity_used": float(use_similarity),
+            "mean_chosen_similarity": float(np.mean(similarities)) if similarities else 0.0,
+        }
+
+    def _check_probe_answer(
+        self, r: GradientResult, keys: list[str], seen: Mapping[str, int]
+    ) -> None:
+        if r.client_id not in self.probed_:
+            raise ValueError(f"probe answer from {r.client_id!r}, which was not probed")
+        if r.client_id in seen:
+            raise ValueError(f"client {r.client_id!r} answered the probe more than once")
+        if set(r.losses) != set(keys) or set(r.gradients) != set(keys):
+            raise ValueError(
+                f"client {r.client_id!r} answered for models {sorted(r.gradients)}, expected {keys}"
+            )
+        size = self._model_size()
+        for key, gradient in r.gradients.items():
+            if gradient.shape != (size,):
+                raise ValueError(
+                    f"client {r.client_id!r} sent a gradient of shape {gradient.shape} for "
+                    f"{key!r}, expected ({size},)"
+                )
+
+    # -- training --------------------------------------------------------------------------
+
+    def configure_round(
+        self, server_round: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[FitInstruction]:
+        """Fix empty clusters (§II-C), then have each device train its cluster's model."""
+        self.plan_round_ = server_round
+        if self.probe_round_ != server_round:
+            self.plan_ = None
+            sample = self.sample_clients(available, rng)
+            self.metrics_ = {"probed": 0.0, "similarity_used": 0.0}
+            return [FitInstruction(c, tuple(self.models_)) for c in sample]
+        online = set(available)
+        devices = [c for c in self.probed_ if c in self.choices_ and c in online]
+        chosen = np.array([self.choices_[c] for c in devices], dtype=np.int64)
+        assignment, moves = fill_empty_clusters(chosen, self.n_clusters, rng)
+        self.plan_ = {c: int(k) for c, k in zip(devices, assignment, strict=True)}
+        changes = sum(
+            1 for c, k in self.plan_.items() if c in self.identities_ and self.identities_[c] != k
+        )
+        self.identities_.update(self.plan_)
+        self.metrics_.update(identity_changes=float(changes), empty_cluster_fixes=float(moves))
+        return [FitInstruction(c, (cluster_key(k),)) for c, k in self.plan_.items()]
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        """The device's cluster model this round; all K if it has no plan (it then picks)."""
+        if self.plan_round_ == server_round and self.plan_ is not None and client_id in self.plan_:
+            return (cluster_key(self.plan_[client_id]),)
+        return tuple(self.models_)
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        """Eq. 7 per identity, remembering Δw_k of every cluster that was updated."""
+        plan = self.plan_ if self.plan_round_ == server_round else None
+        by_cluster: dict[int, list[FitResult]] = {}
+        for r in results:
+            k = int(r.model_key.removeprefix("cluster-"))
+            if plan is not None and plan.get(r.client_id) != k:
+                raise ValueError(
+                    f"client {r.client_id!r} trained {r.model_key!r}, but round {server_round} "
+                    f"assigned it {plan.get(r.client_id)!r}"
+                )
+            by_cluster.setdefault(k, []).append(r)
+        for k, members in sorted(by_cluster.items()):
+            key = cluster_key(k)
+            new = weighted_average([r.weights for r in members], [r.num_samples for r in members])
+            probed = [
+                self.probe_gradients_[r.client_id][k]
+                for r in members
+                if r.client_id in self.probe_gradients_
+            ]
+            if probed:
+                self.last_update_[k] = -np.mean(np.stack(probed), axis=0)
+            else:
+                self.last_update_[k] = new - self.models_[key]
+            self.has_update_[k] = True
+            self.models_[key] = new
+            self.identities_.update({r.client_id: k for r in members})
+        self.probe_gradients_ = {}
+        self.metrics_["clusters_trained"] = float(len(by_cluster))
+
+    # -- evaluation and clustering -------------------------------------------------------
+
+    def model_key_for(self, client_id: str) -> str:
+        """The client's cluster model; ``"cluster-0"`` for a client not placed yet."""
+        if client_id not in self.client_index_:
+            raise KeyError(f"unknown client {client_id!r}")
+        return cluster_key(self.identities_.get(client_id, 0))
+
+    def predict_models(self, client_id: str) -> tuple[str, ...]:
+        """Its cluster's model; all K (lowest training loss wins) before it is placed."""
+        if client_id in self.identities_:
+            return (cluster_key(self.identities_[client_id]),)
+        return tuple(self.models_)
+
+    def cluster_labels(self) -> dict[str, int]:
+        """Latest identity of every client; ``n_clusters`` for clients not placed yet."""
+        return {c: self.identities_.get(c, self.n_clusters) for c in self.client_ids_}
+
+    def round_metrics(self) -> dict[str, float]:
+        """Last round: probed, probe_failures, similarity_used, mean_chosen_similarity,
+        identity_changes, empty_cluster_fixes, clusters_trained."""
+        return dict(self.metrics_)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta: JsonDict = {
+            "identities": [self.identities_.get(c) for c in self.client_ids_],
+            "choices": dict(self.choices_),
+            "probe_round": self.probe_round_,
+            "probed": list(self.probed_),
+            "plan_round": self.plan_round_,
+            "plan": None if self.plan_ is None else dict(self.plan_),
+            "metrics": dict(self.metrics_),
+        }
+        arrays = {"last_update": self.last_update_, "has_update": self.has_update_}
+        return meta, arrays
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        if len(self.models_) != self.n_clusters:
+            raise ValueError(
+                f"state holds {len(self.models_)} cluster models but n_clusters is "
+                f"{self.n_clusters}; build the strategy with n_clusters={len(self.models_)}"
+            )
+        identities = zip(self.client_ids_, meta["identities"], strict=True)
+        self.identities_ = {c: int(k) for c, k in identities if k is not None}
+        self.choices_ = {str(c): int(k) for c, k in meta["choices"].items()}
+        self.probe_round_ = meta["probe_round"]
+        self.probed_ = tuple(meta["probed"])
+        self.plan_round_ = meta["plan_round"]
+        plan = meta["plan"]
+        self.plan_ = None if plan is None else {str(c): int(k) for c, k in plan.items()}
+        self.metrics_ = {str(k): float(v) for k, v in meta["metrics"].items()}
+        self.last_update_ = np.array(arrays["last_update"], dtype=np.float32)
+        self.has_update_ = np.array(arrays["has_update"], dtype=bool)
