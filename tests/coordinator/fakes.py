@@ -115,7 +115,6 @@ class SyntheticFleet:
             )
         return EvaluateOutcome(tuple(results))
 
-
     def _loss(self, client_id: str, weights: FloatArray) -> float:
         return 0.5 * float(np.sum((weights - self.target(client_id)) ** 2))
 
