@@ -62,7 +62,8 @@ class RoundReport:
     bytes_down: int
     bytes_up: int
     train_loss: float
-    """Sample-weighted mean training loss of the clients that answered (nan if none)."""
+    """Sample-weighted mean training loss of the updates that came back (nan if none); a
+    client that trained several models counts once per model."""
     probe_steps: int = 0
     """Probe steps run before training (strategies that probe clients)."""
 

@@ -45,8 +45,10 @@ from faultfleet.tasks import (
     FitResult,
     FitTask,
     GradientOutcome,
+    GradientResult,
     GradientTask,
     LossesOutcome,
+    LossesResult,
     LossesTask,
 )
 from faultfleet.wire.codec import (
@@ -144,8 +146,10 @@ class MqttFleet:
         return list(self._clients)
 
     def available(self) -> list[str]:
+        """The round's agents (fixed by :meth:`begin_round`) that are still online."""
         if self._round_available is not None:
-            return list(self._round_available)
+            online = set(self.online_clients())
+            return [a for a in self._round_available if a in online]
         return self.online_clients()
 
     def online_clients(self) -> list[str]:
@@ -183,12 +187,7 @@ class MqttFleet:
         results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         bytes_up = sum(p.bytes_up for p in collection)
-        quorum = min(self.min_quorum, len(tasks))
-        if len(results) < quorum:
-            raise QuorumError(
-                f"round {server_round}: {len(results)} of {len(tasks)} updates arrived within "
-                f"{self.deadline_s:g} s, the quorum is {quorum}"
-            )
+        self._check_quorum(server_round, "updates", tasks, results)
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
@@ -198,14 +197,40 @@ class MqttFleet:
         return EvaluateOutcome(results, failures)
 
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
-        """Losses probes: one result or failure per task, as for :meth:`evaluate`."""
+        """Losses probes: one result or failure per task; the round's quorum applies."""
         frames = self.frames.losses(server_round, tasks)
-        return losses_outcome(*self._dispatch(frames, replay={}))
+        outcome = losses_outcome(*self._dispatch(frames, replay={}))
+        self._check_quorum(server_round, "losses answers", tasks, outcome.results)
+        return outcome
 
     def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
-        """Gradient probes: one result or failure per task, as for :meth:`evaluate`."""
+        """Gradient probes: one result or failure per task; the round's quorum applies."""
         frames = self.frames.gradients(server_round, tasks)
-        return gradient_outcome(*self._dispatch(frames, replay={}))
+        outcome = gradient_outcome(*self._dispatch(frames, replay={}))
+        self._check_quorum(server_round, "gradient answers", tasks, outcome.results)
+        return outcome
+
+    def _check_quorum(
+        self,
+        server_round: int,
+        what: str,
+        tasks: Sequence[FitTask | LossesTask | GradientTask],
+        results: Sequence[FitResult | LossesResult | GradientResult],
+    ) -> None:
+        """Raise :class:`QuorumError` unless ``min(min_quorum, agents asked)`` agents answered.
+
+        Agents count once however many tasks they had, and probes count like training: a
+        strategy that trains only the agents its probe heard from must not slip under the
+        quorum because the probe went unanswered.
+        """
+        asked = {t.client_id for t in tasks}
+        answered = {r.client_id for r in results}
+        quorum = min(self.min_quorum, len(asked))
+        if len(answered) < quorum:
+            raise QuorumError(
+                f"round {server_round}: {what} from {len(answered)} of {len(asked)} agents "
+                f"arrived within {self.deadline_s:g} s, the quorum is {quorum}"
+            )
 
     # -- collecting answers ----------------------------------------------------------------
 

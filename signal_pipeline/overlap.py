@@ -15,9 +15,9 @@ groups take the label sets of the paper's FashionMNIST table verbatim as conditi
 * C (group 2): 0, 1, 2, 3, 4, 6, 7, 8 — lacks A1B1A/severe ball wear and A1B1A/outer race;
 * D (group 3): 0, 1, 2, 3, 4, 5, 6, 9 — lacks A3A/severe ball wear and A1B1O/outer race.
 
-Conditions 0, 1, 2, 4 and 6 are common to all groups; 10 and 11 are unused. Slot ``j`` of a
-group is its ``j``-th condition, so slots 0–2 mean the same condition everywhere and slots
-3–7 differ between at least two groups.
+Conditions 0, 1, 2, 4 and 6 are common to all groups; 10 and 11, and the simulator's extra
+conditions 12–19, are unused. Slot ``j`` of a group is its ``j``-th condition, so slots
+0–2 mean the same condition everywhere and slots 3–7 differ between at least two groups.
 
 Each machine is a ``mixed-fault`` machine (:func:`signal_pipeline.scenarios.mixed_fault`)
 simulated with its group's conditions — its own :class:`~signal_pipeline.machine.

@@ -5,8 +5,10 @@ for heterogeneous data" (2024), eq. 3 and Algorithms 1–3. The server holds
 
 * one personalised model ω_i per client (``"client/<id>"``), which the client trains and
   predicts with;
-* K cluster centres Ω_k (``"cluster/<n>"``; a key is never used twice, so a centre made by
-  a split never takes the name of an older one);
+* K cluster centres Ω_k (``"cluster/<n>"``; the K placeholders of the warm-up are
+  replaced by the seeded centres under the same keys ``cluster/0`` … ``cluster/<K−1>``,
+  and from then on a key is never used twice, so a centre made by a merge or split never
+  takes the name of an older one);
 * the global embedding Φ (``"embedding"``, a full-length vector of which only the
   embedding part φ — every layer but the last linear one — is ever used).
 

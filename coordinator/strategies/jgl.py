@@ -410,7 +410,7 @@ class JointGradientLoss(Strategy):
             "plan": None if self.plan_ is None else dict(self.plan_),
             "metrics": dict(self.metrics_),
         }
-        arrays = {"last_update": self.last_update_, "has_update": self.has_update_}
+        arrays = {"last_update": self.last_update_.copy(), "has_update": self.has_update_.copy()}
         return meta, arrays
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:

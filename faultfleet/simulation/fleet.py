@@ -118,7 +118,8 @@ class InProcessFleet:
         """Local updates for ``tasks``; ``server_round`` is not needed (seeds come in tasks).
 
         ``bytes_down`` counts every weight array of every task (what a broker would carry,
-        failed tasks included) and ``bytes_up`` the weights of every result.
+        failed tasks included: the models, and proximal targets that are not one of them)
+        and ``bytes_up`` the weights of every result.
         """
         ready, failures = self._sort_out(
             tasks, lambda _, c: "client holds no training samples" if not len(c.train) else None
@@ -146,7 +147,7 @@ class InProcessFleet:
         return FitOutcome(
             results=results,
             failures=tuple(f for _, f in sorted(failures.items())),
-            bytes_down=sum(int(w.nbytes) for task in tasks for w in task.models.values()),
+            bytes_down=sum(_fit_task_bytes(task) for task in tasks),
             bytes_up=sum(int(r.weights.nbytes) for r in results),
         )
 
@@ -320,3 +321,10 @@ class InProcessFleet:
             local_update(self.model, w, d, config, s, self.device, proximal=prox)
             for w, d, s, prox in zip(weights, datasets, seeds, proximal, strict=True)
         ]
+
+
+def _fit_task_bytes(task: FitTask) -> int:
+    """Weight bytes a fit task carries: its models and the proximal targets besides them."""
+    models = list(task.models.values())
+    extra = [p.target for p in task.proximal if not any(p.target is m for m in models)]
+    return sum(int(w.nbytes) for w in (*models, *extra))

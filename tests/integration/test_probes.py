@@ -29,6 +29,7 @@ from coordinator.journal import RoundJournal
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.mqtt_fleet import MqttFleet
 from coordinator.presence import AgentRegistry
+from coordinator.round_tasks import QuorumError
 from edge_agent.service import AgentService
 from faultfleet.models.weights import embedding_mask, flatten_weights, parameter_count
 from faultfleet.models.zoo import build_model
@@ -113,6 +114,8 @@ def mqtt_fleet(
     deadline_s: float = 30.0,
     encoding: TensorEncoding = TensorEncoding(),  # noqa: B008 - frozen pydantic model
     registry: CollectorRegistry | None = None,
+    min_quorum: int = 1,
+    clients: tuple[str, ...] = AGENTS,
 ) -> Iterator[MqttFleet]:
     """A connected MqttFleet; agents' status messages reach its presence registry, so a
     last will fails an agent's open tasks as in the coordinator service."""
@@ -127,13 +130,13 @@ def mqtt_fleet(
         connection,
         TOPICS,
         presence,
-        AGENTS,
+        clients,
         run_id=uuid.uuid4().hex[:12],
         model=SPEC,
         n_params=N_PARAMS,
         encoding=encoding,
         deadline_s=deadline_s,
-        min_quorum=1,
+        min_quorum=min_quorum,
         journal=RoundJournal(journal_dir),
         metrics=CoordinatorMetrics(registry),
         max_payload_bytes=broker.max_payload_bytes,
@@ -329,6 +332,25 @@ def test_a_silent_agent_fails_a_probe_at_the_deadline(
     assert [type(t.header).__name__ for t in mute.received] == ["LossesTaskMessage"]
 
 
+def test_a_probe_answered_by_fewer_agents_than_the_quorum_fails_the_round(
+    module_broker: BrokerSettings, agents: list[AgentService], tmp_path: Path
+) -> None:
+    # Prepare: two agents asked, one of them mute, a quorum of two
+    mute = FakeAgents(module_broker, ["mute"])
+    tasks = [GradientTask(AGENTS[0], MODELS, 8, 1), GradientTask("mute", MODELS, 8, 2)]
+
+    # Execute / Assert: the round is refused (the service rolls it back and retries) rather
+    # than trained on whoever answered
+    try:
+        with (
+            mqtt_fleet(module_broker, tmp_path / "journal", deadline_s=1.0, min_quorum=2) as fleet,
+            pytest.raises(QuorumError, match="gradient answers from 1 of 2 agents"),
+        ):
+            fleet.gradients(1, tasks)
+    finally:
+        mute.stop()
+
+
 def test_a_killed_agent_fails_a_probe_at_once_through_its_last_will(
     module_broker: BrokerSettings, agents: list[AgentService], tmp_path: Path
 ) -> None:
@@ -350,10 +372,13 @@ def test_a_killed_agent_fails_a_probe_at_once_through_its_last_will(
         assert ghost.stdout is not None
         assert ghost.stdout.readline().strip() == b"ready"
         with (
-            mqtt_fleet(module_broker, tmp_path / "journal", deadline_s=60.0) as fleet,
+            mqtt_fleet(
+                module_broker, tmp_path / "journal", deadline_s=60.0, clients=(*AGENTS, "ghost")
+            ) as fleet,
             ThreadPoolExecutor(1) as pool,
         ):
             wait_until(lambda: "ghost" in fleet.registry.online(), 10, "the ghost's status")
+            round_agents = fleet.begin_round(3, replay=False)
             tasks = [GradientTask(AGENTS[0], MODELS, 8, 1), GradientTask("ghost", MODELS, 8, 2)]
             started = time.monotonic()
             future = pool.submit(fleet.gradients, 3, tasks)
@@ -361,6 +386,8 @@ def test_a_killed_agent_fails_a_probe_at_once_through_its_last_will(
             kill(ghost)
             outcome = future.result(timeout=30)
             elapsed_s = time.monotonic() - started
+            available_after = fleet.available()
+            fleet.end_round()
     finally:
         kill(ghost)
         recorder.stop()
@@ -368,3 +395,6 @@ def test_a_killed_agent_fails_a_probe_at_once_through_its_last_will(
     assert elapsed_s < 10.0
     assert [r.client_id for r in outcome.results] == [AGENTS[0]]
     assert outcome.failures == (Failure("ghost", "the agent went offline during the round"),)
+    # an agent gone since the round began is no longer offered for the round's next tasks
+    assert "ghost" in round_agents
+    assert "ghost" not in available_after

@@ -1,9 +1,9 @@
 """Strategies that probe their clients run end to end over a real Mosquitto broker.
 
 The coordinator service runs FAACL (per-sample losses probes, several fit tasks per agent)
-and joint gradient and loss clustering (gradient probes) for two rounds over four simulated
+and joint gradient and loss clustering (gradient probes) for three rounds over four simulated
 machines, exactly as ``faultfleet coordinator`` and ``faultfleet agent`` wire them. Every
-probe must be answered, nothing rejected, and both rounds completed.
+probe must be answered, nothing rejected, and every round completed.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_a_probing_strategy_completes_its_rounds_over_mqtt(
         finally:
             coordinator.close()
 
-    # Assert: both rounds done; every agent was probed and answered every task
+    # Assert: every round done; every agent was probed and answered every task
     assert summary.finished
     assert summary.server_round == 3
     fits = Counter(

@@ -10,7 +10,7 @@ from coordinator.fleet import Fleet
 from edge_agent.training import local_update
 from faultfleet.models.weights import flatten_weights, load_weights
 from faultfleet.simulation.fleet import InProcessFleet
-from faultfleet.tasks import EvaluateTask, FitTask, Split, TrainConfig
+from faultfleet.tasks import EvaluateTask, FitTask, Proximal, Split, TrainConfig
 from faultfleet.types import FloatArray
 from signal_pipeline.federation import ClientData, Dataset, Federation
 from tests.edge_agent.test_training import tiny_cnn, toy_dataset
@@ -105,9 +105,17 @@ def test_fit_groups_tasks_by_config() -> None:
 def test_fit_failures_and_byte_counts() -> None:
     fleet = make_fleet(offline=("b",))
     two = {"x": start(), "y": start()}
+    pulled = {"m": start()}
     tasks = [
         FitTask("a", two, CONFIG, 0),
         FitTask("b", {"m": start()}, CONFIG, 1),
+        FitTask(
+            "a",
+            pulled,
+            CONFIG,
+            5,
+            proximal=(Proximal(pulled["m"], 1.0), Proximal(start(), 0.1, "embedding")),
+        ),
         FitTask("nobody", {"m": start()}, CONFIG, 2),
         FitTask("d", {}, CONFIG, 3),
         FitTask("c", {"m": start()}, CONFIG, 4),
@@ -115,14 +123,15 @@ def test_fit_failures_and_byte_counts() -> None:
 
     outcome = fleet.fit(3, tasks)
 
-    assert [r.client_id for r in outcome.results] == ["a", "c"]
+    assert [r.client_id for r in outcome.results] == ["a", "a", "c"]
     assert [(f.client_id, f.reason) for f in outcome.failures] == [
         ("b", "client is offline"),
         ("nobody", "unknown client: not in federation 'toy'"),
         ("d", "task carries no model"),
     ]
-    assert outcome.bytes_down == 5 * N_PARAMS * 4
-    assert outcome.bytes_up == 2 * N_PARAMS * 4
+    # models, plus the one proximal target that is not a model of its task
+    assert outcome.bytes_down == 7 * N_PARAMS * 4
+    assert outcome.bytes_up == 3 * N_PARAMS * 4
 
 
 def test_fit_chooses_the_candidate_that_fits_the_client_ifca() -> None:
