@@ -27,16 +27,18 @@ def plot_accuracy(
         PNG file to write.
     """
     figure, axes = plt.subplots(figsize=(6.4, 4.0))
-    for label, (rounds, accuracy) in curves.items():
+    # matplotlib's default cycle repeats after ten colours; a table has more methods
+    palette = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20")
+    for index, (label, (rounds, accuracy)) in enumerate(curves.items()):
         points = [(r, 100.0 * a) for r, a in zip(rounds, accuracy, strict=True) if a is not None]
         if points:
             xs, ys = zip(*points, strict=True)
-            axes.plot(xs, ys, label=label, linewidth=1.6)
+            axes.plot(xs, ys, label=label, linewidth=1.6, color=palette(index % palette.N))
     axes.set_xlabel("communication round")
     axes.set_ylabel("test accuracy (%)")
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
-    axes.legend(loc="best")
+    axes.legend(loc="best", ncol=2 if len(curves) > 6 else 1, fontsize="small")
     axes.set_title(title)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
