@@ -71,60 +71,35 @@ def runner_for(data: ClientData | None, agent_id: str = "m07") -> TaskRunner:
     return TaskRunner(agent_id, data, CPU, max_payload_bytes=LIMIT, clock=lambda: NOW)
 
 
-def fit_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> FitTaskMessage:
-    fields: dict[str, Any] = {
-        "task_id": "task-1",
+def _header(task_id: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Fields every task header of these tests shares."""
+    return {
+        "task_id": task_id,
         "run_id": "run-1",
         "server_round": 3,
         "agent_id": "m07",
         "model": MODEL,
         "model_keys": keys,
         "deadline": NOW + 60,
-        "train": TRAIN,
-        "seed": 11,
     }
-    return FitTaskMessage(**{**fields, **changes})
+
+
+def fit_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> FitTaskMessage:
+    fields = _header("task-1", keys) | {"train": TRAIN, "seed": 11}
+    return FitTaskMessage(**(fields | changes))
 
 
 def evaluate_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> EvaluateTaskMessage:
-    fields: dict[str, Any] = {
-        "task_id": "task-2",
-        "run_id": "run-1",
-        "server_round": 3,
-        "agent_id": "m07",
-        "model": MODEL,
-        "model_keys": keys,
-        "deadline": NOW + 60,
-    }
-    return EvaluateTaskMessage(**{**fields, **changes})
+    return EvaluateTaskMessage(**(_header("task-2", keys) | changes))
 
 
 def losses_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> LossesTaskMessage:
-    fields: dict[str, Any] = {
-        "task_id": "task-3",
-        "run_id": "run-1",
-        "server_round": 3,
-        "agent_id": "m07",
-        "model": MODEL,
-        "model_keys": keys,
-        "deadline": NOW + 60,
-    }
-    return LossesTaskMessage(**{**fields, **changes})
+    return LossesTaskMessage(**(_header("task-3", keys) | changes))
 
 
 def gradient_task(keys: tuple[str, ...] = ("cluster-0",), **changes: Any) -> GradientTaskMessage:
-    fields: dict[str, Any] = {
-        "task_id": "task-4",
-        "run_id": "run-1",
-        "server_round": 3,
-        "agent_id": "m07",
-        "model": MODEL,
-        "model_keys": keys,
-        "deadline": NOW + 60,
-        "batch_size": 8,
-        "seed": 5,
-    }
-    return GradientTaskMessage(**{**fields, **changes})
+    fields = _header("task-4", keys) | {"batch_size": 8, "seed": 5}
+    return GradientTaskMessage(**(fields | changes))
 
 
 def frame(task: Task, weights: dict[str, FloatArray]) -> bytes:
