@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,10 +36,13 @@ from faultfleet.tasks import (
     FitInstruction,
     FitTask,
     GradientInstruction,
+    GradientOutcome,
     GradientTask,
     LossesInstruction,
+    LossesOutcome,
     LossesTask,
     ProbeInstructions,
+    ProbeResults,
     Proximal,
     Split,
     TrainConfig,
@@ -195,43 +198,49 @@ class RoundEngine:
             )
             if not request:
                 return steps, bytes_down, bytes_up, tuple(failures)
-            assert isinstance(self.fleet, ProbingFleet)  # checked in __init__
             outcome = self._run_probe(server_round, steps, request)
-            self.strategy.aggregate_probe(server_round, steps, outcome[0], outcome[1])
-            failures.extend(outcome[1])
-            bytes_down += outcome[2]
-            bytes_up += outcome[3]
+            # one kind per step, so the sorted list is all losses or all gradient results
+            ordered = cast(
+                ProbeResults, sorted(outcome.results, key=lambda r: self._order(r.client_id))
+            )
+            self.strategy.aggregate_probe(server_round, steps, ordered, outcome.failures)
+            failures.extend(outcome.failures)
+            bytes_down += outcome.bytes_down
+            bytes_up += outcome.bytes_up
             steps += 1
 
     def _run_probe(
         self, server_round: int, step: int, request: ProbeInstructions
-    ) -> tuple[Any, tuple[Failure, ...], int, int]:
+    ) -> LossesOutcome | GradientOutcome:
+        """One probe step on the fleet, the weights and (for gradients) the seeds filled in."""
         fleet = self.fleet
-        assert isinstance(fleet, ProbingFleet)
+        assert isinstance(fleet, ProbingFleet)  # checked in __init__
         models = self.strategy.models
         if all(isinstance(i, LossesInstruction) for i in request):
-            losses_tasks = [
-                LossesTask(i.client_id, {k: models[k] for k in i.model_keys}, i.split, i.per_sample)
-                for i in request
-                if isinstance(i, LossesInstruction)
-            ]
-            losses = fleet.losses(server_round, losses_tasks)
-            ordered = sorted(losses.results, key=lambda r: self._order(r.client_id))
-            return ordered, losses.failures, losses.bytes_down, losses.bytes_up
+            return fleet.losses(
+                server_round,
+                [
+                    LossesTask(
+                        i.client_id, {k: models[k] for k in i.model_keys}, i.split, i.per_sample
+                    )
+                    for i in request
+                    if isinstance(i, LossesInstruction)
+                ],
+            )
         if all(isinstance(i, GradientInstruction) for i in request):
-            gradient_tasks = [
-                GradientTask(
-                    i.client_id,
-                    {k: models[k] for k in i.model_keys},
-                    i.batch_size,
-                    client_seed(self.seed, server_round, f"{i.client_id}#probe{step}"),
-                )
-                for i in request
-                if isinstance(i, GradientInstruction)
-            ]
-            gradients = fleet.gradients(server_round, gradient_tasks)
-            ordered_g = sorted(gradients.results, key=lambda r: self._order(r.client_id))
-            return ordered_g, gradients.failures, gradients.bytes_down, gradients.bytes_up
+            return fleet.gradients(
+                server_round,
+                [
+                    GradientTask(
+                        i.client_id,
+                        {k: models[k] for k in i.model_keys},
+                        i.batch_size,
+                        client_seed(self.seed, server_round, f"{i.client_id}#probe{step}"),
+                    )
+                    for i in request
+                    if isinstance(i, GradientInstruction)
+                ],
+            )
         raise TypeError(
             f"strategy {self.strategy.name!r} mixed losses and gradient instructions in one "
             "probe step; send one kind per step"
