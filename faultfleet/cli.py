@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from faultfleet import __version__
+from faultfleet.cli_bench import add_bench_command
 from faultfleet.cli_demo import add_demo_command
 from faultfleet.cli_runtime import add_runtime_commands
 from faultfleet.cli_signals import add_signals_commands
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_signals_commands(commands)
     add_sim_command(commands)
+    add_bench_command(commands)
     add_demo_command(commands)
     add_runtime_commands(commands)
     return parser

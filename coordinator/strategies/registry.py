@@ -15,6 +15,7 @@ from coordinator.strategies.cfl import CFL
 from coordinator.strategies.faacl import FAACL
 from coordinator.strategies.fedac import FedAC
 from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.fixed import FixedClusters
 from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.flhc import FLHC
 from coordinator.strategies.ifca import IFCA
@@ -23,7 +24,18 @@ from coordinator.strategies.local import Local
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
-    for cls in (FedAvg, Local, FLACC, IFCA, CFL, FLHC, JointGradientLoss, FedAC, FAACL)
+    for cls in (
+        FedAvg,
+        Local,
+        FLACC,
+        IFCA,
+        CFL,
+        FLHC,
+        JointGradientLoss,
+        FedAC,
+        FAACL,
+        FixedClusters,
+    )
 }
 
 

@@ -16,6 +16,10 @@ from faultfleet.tasks import TrainConfig
 SCENARIOS = ("mixed-fault", "quality-skew", "quantity-skew", "overlapping-labels")
 """Federations ``faultfleet sim --scenario`` can build (docs/simulator.md describes them)."""
 
+IMAGE_PREFIX = "image:"
+"""Scenarios of ``faultfleet bench`` (:mod:`faultfleet.imagebench.suites`) start with this;
+their federations are built from a dataset by the bench, which hands them to the runner."""
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -38,7 +42,7 @@ class SimConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.scenario not in SCENARIOS:
+        if self.scenario not in SCENARIOS and not self.scenario.startswith(IMAGE_PREFIX):
             raise ValueError(
                 f"unknown scenario {self.scenario!r}; choose one of {', '.join(SCENARIOS)}"
             )

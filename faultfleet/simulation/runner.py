@@ -28,7 +28,7 @@ from edge_agent.training import select_device
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.scoring import clustering_scores, mean_client_accuracy
-from faultfleet.simulation.config import SimConfig
+from faultfleet.simulation.config import IMAGE_PREFIX, SimConfig
 from faultfleet.simulation.fleet import InProcessFleet
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
@@ -116,6 +116,11 @@ def build_federation(config: SimConfig, progress: ProgressCallback | None = None
     asymmetric ones (``quality-skew``, ``quantity-skew``) keep their builders' defaults for
     everything else (:mod:`signal_pipeline.asymmetric`).
     """
+    if config.scenario.startswith(IMAGE_PREFIX):
+        raise ValueError(
+            f"scenario {config.scenario!r} is built from an image dataset: run it with "
+            "`faultfleet bench`, which builds the federation"
+        )
     settings = (
         VibrationSettings() if config.snr_db is None else VibrationSettings(snr_db=config.snr_db)
     )

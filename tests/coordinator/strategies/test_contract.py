@@ -28,6 +28,7 @@ OPTIONS: dict[str, dict[str, object]] = {
     "flhc": {"n_warmup": 2, "distance_threshold": 1.0},
     "faacl": {"epsilon": 1.0, "init_rounds": 0},
     "fedac": {"n_clusters": 2, "components": 4, "buffer_size": 8, "warmup": 1, "tune_every": 2},
+    "fixed": {"assignment": {f"c{i:02d}": g for i, g in enumerate(GROUPS)}},
 }
 
 Factory = Callable[[], Strategy]

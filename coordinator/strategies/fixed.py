@@ -1,0 +1,121 @@
+"""Fixed clusters: FedAvg inside clusters that are given, not learned.
+
+The upper bound FAACL's tables call *FedAvg (optimal)* ("a decentralized technique that is
+given the true underlying clusters", FAACL §5.4 and Table 2): every cluster of a known
+assignment runs its own FedAvg (McMahan et al. 2017), sample-weighted, from one common
+initialisation. The gap between a clustering method and this strategy is the accuracy lost
+to imperfect clustering.
+
+Outside benchmarks it is the strategy for a plant that already knows which machines belong
+together (same model, same mounting, same fault history): ``assignment`` maps every
+machine's client id to a group name or number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.aggregate import weighted_average
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy
+from faultfleet.tasks import Failure, FitResult
+
+
+def cluster_key(label: int | str) -> str:
+    """Model key of the given cluster ``label``: ``"cluster-<label>"``."""
+    return f"cluster-{label}"
+
+
+class FixedClusters(Strategy):
+    """One FedAvg model per cluster of a fixed, known assignment.
+
+    Parameters
+    ----------
+    fraction : float
+        Client fraction c sampled each round (see :class:`Strategy`).
+    assignment : mapping of str to int or str, optional
+        The cluster of every client, by client id. ``None`` puts every client in one
+        cluster (plain FedAvg). Every client of the federation must be listed; clients
+        listed but absent from the federation are ignored.
+
+    Attributes
+    ----------
+    keys_ : dict of str to str
+        Model key of each client.
+    """
+
+    name: ClassVar[str] = "fixed"
+
+    def __init__(
+        self, *, fraction: float = 0.25, assignment: Mapping[str, int | str] | None = None
+    ) -> None:
+        super().__init__(fraction=fraction)
+        self.assignment = assignment
+
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self.keys_: dict[str, str] = self._keys()
+        initial = model_factory(0)
+        for key in sorted(set(self.keys_.values())):
+            self.models_[key] = initial.copy()
+
+    def _keys(self) -> dict[str, str]:
+        """Model key of every registered client, from the validated ``assignment``."""
+        assignment = dict(self.assignment) if self.assignment is not None else {}
+        if self.assignment is not None:
+            missing = [c for c in self.client_ids_ if c not in assignment]
+            if missing:
+                shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+                raise ValueError(
+                    f"assignment gives no cluster for {len(missing)} client(s): {shown}; "
+                    "list every client of the federation"
+                )
+            bad = sorted({repr(v) for v in assignment.values() if isinstance(v, bool) or v is None})
+            if bad:
+                raise ValueError(
+                    f"assignment values must be cluster names or numbers, got {', '.join(bad)}"
+                )
+            by_key: dict[str, set[str]] = {}
+            for value in assignment.values():
+                by_key.setdefault(cluster_key(value), set()).add(repr(value))
+            clashes = sorted(" and ".join(sorted(v)) for v in by_key.values() if len(v) > 1)
+            if clashes:
+                raise ValueError(
+                    f"assignment names clusters {'; '.join(clashes)}, which read the same; "
+                    "use one spelling per cluster"
+                )
+        return {c: cluster_key(assignment.get(c, 0)) for c in self.client_ids_}
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        return {"keys": dict(self.keys_)}, {}
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self.keys_ = self._keys()
+        if meta.get("keys") != self.keys_:
+            raise ValueError(
+                "the saved run used another assignment of clients to clusters; restore it "
+                "with the assignment it was started with"
+            )
+
+    def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
+        return (self.keys_[client_id],)
+
+    def model_key_for(self, client_id: str) -> str:
+        return self.keys_[client_id]
+
+    def _aggregate(
+        self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
+    ) -> None:
+        by_key: dict[str, list[FitResult]] = {}
+        for r in results:
+            if r.model_key != self.keys_[r.client_id]:
+                raise ValueError(
+                    f"client {r.client_id!r} trained model {r.model_key!r}, not its cluster's "
+                    f"{self.keys_[r.client_id]!r}"
+                )
+            by_key.setdefault(r.model_key, []).append(r)
+        for key, own in by_key.items():
+            self.models_[key] = weighted_average(
+                [r.weights for r in own], [r.num_samples for r in own]
+            )

@@ -1,0 +1,1 @@
+"""Image benchmarks: dataset readers, the papers' federations and `faultfleet bench`."""

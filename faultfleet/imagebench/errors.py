@@ -1,0 +1,12 @@
+"""The error every image-dataset reader raises for missing, damaged or foreign files."""
+
+from __future__ import annotations
+
+
+class DatasetError(ValueError):
+    """A dataset's files are missing, damaged or not what the reader expects.
+
+    The message names the file or directory, what is wrong with it, and what to do (pass
+    ``--data-dir``, re-download the files, reinstall the package). It subclasses
+    `ValueError` so callers that validate arguments with ``except ValueError`` catch it too.
+    """
