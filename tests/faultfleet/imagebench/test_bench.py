@@ -100,7 +100,7 @@ def test_another_suite_reuses_the_same_cells(tmp_path: Path) -> None:
     assert second == first
 
 
-def test_a_failing_cell_is_named_and_stops_the_queue(tmp_path: Path) -> None:
+def test_a_failing_cell_is_named_and_the_finished_ones_are_kept(tmp_path: Path) -> None:
     # Prepare: the first cell asks the 1797 digits for 100 clients of 300 samples
     broken = replace(TINY, name="too-big", builder_options={"n_clients": 100})
     suite = Suite("tiny", "test suite", (broken, TINY), (0,))
@@ -109,8 +109,12 @@ def test_a_failing_cell_is_named_and_stops_the_queue(tmp_path: Path) -> None:
     # Execute / Assert
     with pytest.raises(CellError, match=r"cell too-big/fedavg/seed 0 failed: .*resumes"):
         run_cells(planned, jobs=2)
-    written = [c for c in planned[1:] if c.path.is_file()]
-    assert len(written) < 8  # queued cells were cancelled
+    # every cell that did finish is whole and reads back (how many finished depends on
+    # timing: queued cells are cancelled, those already running complete)
+    for cell in planned[1:]:
+        if cell.path.is_file():
+            assert run_cells([cell])[0]["bench"]["method"] == "fedavg"
+    assert not planned[0].path.exists()
 
 
 def test_check_cells_builds_every_scenario_up_front(tmp_path: Path) -> None:
