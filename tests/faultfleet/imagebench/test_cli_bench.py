@@ -96,3 +96,18 @@ def test_a_negative_seed_is_a_one_line_error(
     args = ["bench", "--suite", "quick", "--out", str(tmp_path), "--seeds", "0", "-3"]
     assert main(args) == 2
     assert "--seeds must be >= 0, got [-3]" in capsys.readouterr().err
+
+
+def test_tiny_suite_needs_no_files(tmp_path: Path) -> None:
+    # Execute: scikit-learn's digits, in-process
+    out = tmp_path / "tiny"
+    assert main(["bench", "--suite", "tiny", "--out", str(out), "--jobs", "1"]) == 0
+    # Assert
+    documents = {
+        m: json.loads((out / "rotated-digits" / m / "seed0" / "results.json").read_text())
+        for m in ("local", "fedavg", "flacc", "fedavg-oracle", "centralized")
+    }
+    assert documents["flacc"]["final"]["ari"] == 1.0
+    accuracy = {m: d["final"]["accuracy"] for m, d in documents.items()}
+    assert accuracy["fedavg-oracle"] > max(accuracy["fedavg"], accuracy["local"])
+    assert (out / "summary.md").is_file()
