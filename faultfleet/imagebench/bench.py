@@ -249,7 +249,6 @@ def run_cell(cell: Cell) -> Document:
     else:
         result = run_simulation(config, federation=federation, on_round=_heartbeat(cell, config))
     document = result.to_json()
-    document["strategy"] = cell.method if cell.method == CENTRALIZED else document["strategy"]
     document["bench"] = {
         "suite": cell.suite,
         **cell.identity(),
