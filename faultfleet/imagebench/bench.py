@@ -155,20 +155,16 @@ def check_method(method: str) -> None:
         method_strategy(method)
 
 
-def cell_config(
-    cell: Cell, federation: Federation | None = None, *, check: bool = True
-) -> SimConfig:
+def cell_config(cell: Cell, federation: Federation | None = None) -> SimConfig:
     """The SimConfig of ``cell``; the oracle's assignment comes from ``federation``.
 
-    ``check=False`` leaves the oracle's assignment out when no federation is given (for
-    comparisons that ignore it).
+    Without a federation the oracle's assignment is empty: good for comparisons that leave
+    it out (:func:`comparable`), refused by the strategy if it were run.
     """
     scenario = cell.scenario
     if cell.method == CENTRALIZED:
         strategy, options = CENTRALIZED, {}
     elif cell.method == ORACLE:
-        if federation is None and check:
-            raise ValueError("the fedavg-oracle configuration needs the federation's groups")
         strategy = "fixed"
         truth = {} if federation is None else {c.client_id: c.group for c in federation.clients}
         options = {"assignment": truth}
@@ -226,9 +222,10 @@ def read_cell(cell: Cell) -> Document | None:
             "cell again"
         ) from exc
     bench = document.get("bench", {})
-    written = {key: bench.get(key) for key in cell.identity()}
-    expected = comparable(cell_config(cell, None, check=False).to_json())
-    if written != cell.identity() or comparable(document.get("config", {})) != expected:
+    identity = cell.identity()
+    written = {key: bench.get(key) for key in identity}
+    expected = comparable(cell_config(cell).to_json())
+    if written != identity or comparable(document.get("config", {})) != expected:
         raise ValueError(
             f"{cell.path} was written with other settings than this suite asks for; delete "
             "it or write the suite to another folder"
@@ -478,8 +475,7 @@ def _run_parallel(
                 try:
                     document = future.result()
                 except Exception as exc:
-                    executor.shutdown(wait=True, cancel_futures=True)
-                    raise CellError(cells[index], exc) from exc
+                    raise CellError(cells[index], exc) from exc  # the finally cancels the rest
                 finish(index, document)
     finally:
         executor.shutdown(wait=True, cancel_futures=True)

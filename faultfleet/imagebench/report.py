@@ -46,11 +46,11 @@ Grouped = dict[str, dict[str, list[Document]]]
 
 
 def group_documents(
-    scenarios: Sequence[BenchScenario], methods_and_documents: Sequence[tuple[str, Document]]
+    scenarios: Sequence[BenchScenario], scenarios_and_documents: Sequence[tuple[str, Document]]
 ) -> Grouped:
     """Sort ``(scenario name, document)`` pairs into :data:`Grouped` (scenario order kept)."""
     grouped: Grouped = {s.name: {} for s in scenarios}
-    for scenario, document in methods_and_documents:
+    for scenario, document in scenarios_and_documents:
         method = document["bench"]["method"]
         grouped.setdefault(scenario, {}).setdefault(method, []).append(document)
     for by_method in grouped.values():
