@@ -92,6 +92,10 @@ class EvaluationReport:
         return {r.client_id: r.accuracy for r in self.results}
 
 
+class MembershipError(RuntimeError):
+    """Clients joined or left a run whose strategy keeps the clients it started with."""
+
+
 class RoundEngine:
     """Federated rounds for one strategy over one fleet.
 
@@ -128,7 +132,41 @@ class RoundEngine:
                 f"strategy {strategy.name!r} probes clients (losses and gradient tasks), but "
                 f"{type(fleet).__name__} does not carry probes"
             )
+        self.model_factory = model_factory
         strategy.initialize(fleet.client_ids(), model_factory)
+
+    def add_clients(self, client_ids: Sequence[str]) -> None:
+        """Register clients joining between rounds (the fleet must already reach them).
+
+        Raises
+        ------
+        MembershipError
+            The strategy keeps the clients it started with.
+        ValueError
+            An id is repeated or already registered.
+        """
+        self._check_membership("join")
+        self.strategy.add_clients(client_ids, self.model_factory)
+
+    def remove_clients(self, client_ids: Sequence[str]) -> None:
+        """Unregister clients leaving for good, between rounds.
+
+        Raises
+        ------
+        MembershipError
+            The strategy keeps the clients it started with.
+        ValueError
+            An id is unknown, or no client would be left.
+        """
+        self._check_membership("leave")
+        self.strategy.remove_clients(client_ids)
+
+    def _check_membership(self, what: str) -> None:
+        if not self.strategy.dynamic_membership:
+            raise MembershipError(
+                f"clients cannot {what} a run of strategy {self.strategy.name!r}: it keeps the "
+                "clients it started with (start a new run to change them)"
+            )
 
     def run_round(self) -> RoundReport:
         """Run the next round; returns its report."""

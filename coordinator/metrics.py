@@ -86,6 +86,17 @@ class CoordinatorMetrics:
         self.agents_registered = Gauge(
             "faultfleet_agents_registered", "Agents the coordinator has heard of.", registry=reg
         )
+        self.federation_agents = Gauge(
+            "faultfleet_federation_agents",
+            "Agents in the run's federation (joined and not retired).",
+            registry=reg,
+        )
+        self.membership_changes = Counter(
+            "faultfleet_membership_changes_total",
+            "Agents that joined or left the run's federation after it started.",
+            ["change"],
+            registry=reg,
+        )
         self.clusters = Gauge(
             "faultfleet_clusters", "Clusters (models) the strategy holds.", registry=reg
         )
@@ -111,6 +122,8 @@ class CoordinatorMetrics:
         )
         for reason in RejectReason:
             self.updates_rejected.labels(reason=reason.value)
+        for change in ("joined", "left"):
+            self.membership_changes.labels(change=change)
         self._size_clusters: set[str] = set()
         self._accuracy_clusters: set[str] = set()
 

@@ -145,6 +145,10 @@ class MqttFleet:
     def client_ids(self) -> list[str]:
         return list(self._clients)
 
+    def set_clients(self, clients: Sequence[str]) -> None:
+        """The federation after agents joined or left, between rounds."""
+        self._clients = list(clients)
+
     def available(self) -> list[str]:
         """The round's agents (fixed by :meth:`begin_round`) that are still online."""
         if self._round_available is not None:

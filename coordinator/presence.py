@@ -23,6 +23,8 @@ class AgentInfo:
     can_train: bool
     num_train_samples: int
     device: str
+    retired: bool = False
+    """The agent was taken out of service for good (until it comes online again)."""
 
 
 class AgentRegistry:
@@ -62,6 +64,7 @@ class AgentRegistry:
                 if online
                 else (previous.num_train_samples if previous else 0),
                 device=status.device if online else (previous.device if previous else ""),
+                retired=status.state == "retired",
             )
             self._changed.notify_all()
         if not online and previous is not None and previous.online and self._on_offline:
@@ -81,6 +84,11 @@ class AgentRegistry:
         """Online agents that can train, sorted."""
         with self._lock:
             return sorted(a for a, info in self._agents.items() if info.online and info.can_train)
+
+    def retired(self) -> list[str]:
+        """Agents whose last status says they were retired, sorted."""
+        with self._lock:
+            return sorted(a for a, info in self._agents.items() if info.retired)
 
     def all(self) -> list[str]:
         """Every agent ever seen, sorted."""

@@ -23,19 +23,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from coordinator.engine import EvaluationReport, RoundEngine, RoundReport
 from coordinator.journal import RoundJournal
+from coordinator.membership import MembershipSync
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.mqtt_fleet import MqttFleet
 from coordinator.presence import AgentRegistry
 from coordinator.publisher import ModelPublisher, cluster_id
 from coordinator.round_tasks import QuorumError, RoundAbortedError
+from coordinator.run_summary import RunSummary
 from coordinator.settings import CoordinatorSettings, RunSettings
 from coordinator.state import has_state, load_state, save_state
 from coordinator.strategies.registry import make_strategy
@@ -58,24 +59,6 @@ CLIENT_ID = "faultfleet-coordinator"
 
 class ServiceError(RuntimeError):
     """The service cannot start or continue (bad state directory, incompatible state)."""
-
-
-@dataclass
-class RunSummary:
-    """Where the run stands; also written to ``state_dir/summary.json`` after every round."""
-
-    run_id: str
-    strategy: str
-    server_round: int = 0
-    rounds: int = 0
-    agents: list[str] = field(default_factory=list)
-    clusters: dict[str, list[str]] = field(default_factory=dict)
-    accuracy_by_agent: dict[str, float] = field(default_factory=dict)
-    accuracy_by_cluster: dict[str, float] = field(default_factory=dict)
-    accuracy: float | None = None
-    model_version: int = 0
-    rounds_retried: int = 0
-    finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,6 +118,7 @@ class CoordinatorService:
         self.summary: RunSummary | None = None
         self._chosen_keys: dict[str, str] = {}
         self.registry = AgentRegistry(on_offline=self._agent_offline)
+        self._membership = MembershipSync(self.registry, self.metrics)
         will = CoordinatorStatus(state="offline").model_dump_json().encode()
         self.connection = MqttConnection(
             client_id=CLIENT_ID,
@@ -270,6 +254,7 @@ class CoordinatorService:
             self.summary = RunSummary(**saved["summary"])
             self.publisher.published_clusters = set(saved.get("published", []))
             logger.info("resumed run %s at round %d", run_id, self.engine.server_round)
+        self.metrics.federation_agents.set(len(self.summary.agents))
         self._publish_status("online")
         return True
 
@@ -321,6 +306,8 @@ class CoordinatorService:
         replay = True
         while live.engine.server_round < run.rounds and not stop.is_set():
             server_round = live.engine.server_round + 1
+            if not (replay and live.fleet.journal.replay_available(server_round)):
+                self._sync_membership(live)
             if not live.fleet.begin_round(server_round, replay=replay):
                 logger.warning(
                     "round %d: no agent of the federation is online; waiting", server_round
@@ -348,6 +335,15 @@ class CoordinatorService:
                 break
         live.summary.finished = live.engine.server_round >= run.rounds
         self._write_summary()
+
+    def _sync_membership(self, live: _Live) -> None:
+        """Between rounds: agents that came online join, retired agents leave (if they may)."""
+        after = self._membership.apply(live.engine, live.fleet, live.summary.agents)
+        if after is not live.summary.agents:
+            left = set(live.summary.agents) - set(after)
+            live.summary.agents = after
+            for agent in left:
+                live.summary.accuracy_by_agent.pop(agent, None)
 
     def _after_round(self, live: _Live, report: RoundReport, duration_s: float) -> None:
         run = self.settings.run
@@ -430,12 +426,3 @@ class CoordinatorService:
             return
         text = json.dumps(asdict(self.summary), indent=2, sort_keys=True).encode()
         atomic_write(self.state_dir / "summary.json", lambda f: f.write(text))
-
-
-def load_summary(state_dir: Path) -> dict[str, Any] | None:
-    """The last ``summary.json`` of a coordinator state directory, if any."""
-    path = state_dir / "summary.json"
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else None

@@ -24,6 +24,7 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.service import CoordinatorService, ServiceError
 from coordinator.settings import CoordinatorSettings
 from edge_agent.metrics import AgentMetrics
+from edge_agent.retire import RetireError, retire_agent
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, SourceSettings
 from edge_agent.source_types import WindowSource
@@ -70,6 +71,14 @@ def add_runtime_commands(commands: Any) -> None:
         help=(
             "lab use: run one agent per simulated machine FIRST..LAST in this process; agent "
             "ids are agent_id followed by the two-digit machine index"
+        ),
+    )
+    agent.add_argument(
+        "--retire",
+        action="store_true",
+        help=(
+            "take the (stopped) agent out of service for good: publish its retired status, "
+            "so the coordinator removes it from the federation, and exit"
         ),
     )
     agent.set_defaults(handler=run_agent)
@@ -164,6 +173,24 @@ def build_source(
     )
 
 
+def _retire(settings: AgentSettings, machines: range | None) -> int:
+    """``faultfleet agent --retire``: one agent, or each of ``--machines``."""
+    ids = [settings.agent_id] if machines is None else [machine_id(settings, i) for i in machines]
+    for agent_id in ids:
+        try:
+            retire_agent(settings.model_copy(update={"agent_id": agent_id}))
+        except RetireError as error:
+            print(f"faultfleet: error: {error}", file=sys.stderr)
+            return 1
+        print(f"agent {agent_id} retired")
+    return 0
+
+
+def machine_id(settings: AgentSettings, index: int) -> str:
+    """Agent id of simulated machine ``index`` under ``--machines``."""
+    return f"{settings.agent_id}{index:02d}"
+
+
 def run_agent(args: argparse.Namespace) -> int:
     """``faultfleet agent``."""
     settings: AgentSettings | None = _load(AgentSettings, args.config)
@@ -173,14 +200,16 @@ def run_agent(args: argparse.Namespace) -> int:
     machines = parse_machines(args.machines) if args.machines else None
     if machines is not None and settings.source.kind != "simulated":
         raise ValueError("--machines runs simulated machines; set [source] kind = 'simulated'")
+    if args.retire:
+        return _retire(settings, machines)
     configs = (
         [settings]
         if machines is None
         else [
             settings.model_copy(
                 update={
-                    "agent_id": f"{settings.agent_id}{index:02d}",
-                    "state_dir": settings.state_dir / f"{settings.agent_id}{index:02d}",
+                    "agent_id": machine_id(settings, index),
+                    "state_dir": settings.state_dir / machine_id(settings, index),
                     "source": settings.source.model_copy(update={"machine_index": index}),
                 }
             )

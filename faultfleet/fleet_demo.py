@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from coordinator.service import load_summary
+from coordinator.run_summary import load_summary
 from faultfleet.wire.broker import RunningBroker, start_broker
 from faultfleet.wire.codec import WireError, parse_envelope
 from faultfleet.wire.messages import CoordinatorStatus, Diagnosis

@@ -65,6 +65,10 @@ class Strategy(ABC):
     probes: ClassVar[bool] = False
     """True for strategies that probe clients (:meth:`configure_probe`); they need a
     :class:`~coordinator.fleet.ProbingFleet`."""
+    dynamic_membership: ClassVar[bool] = False
+    """True for strategies that take clients joining and leaving during a run
+    (:meth:`add_clients`, :meth:`remove_clients`); the others keep the clients registered
+    by :meth:`initialize`."""
 
     def __init__(self, *, fraction: float = 0.25) -> None:
         self.fraction = fraction
@@ -87,6 +91,54 @@ class Strategy(ABC):
     @abstractmethod
     def _initialize(self, model_factory: ModelFactory) -> None:
         """Create ``self.models_`` and any strategy state."""
+
+    # -- joining and leaving ---------------------------------------------------------------
+
+    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
+        """Clients joining during the run (strategies with :attr:`dynamic_membership`)."""
+        raise NotImplementedError(
+            f"strategy {self.name!r} keeps the clients it started with; clients can only "
+            "join a run of a strategy that supports it (faacl, fedavg)"
+        )
+
+    def remove_clients(self, client_ids: Sequence[str]) -> None:
+        """Clients leaving for good (strategies with :attr:`dynamic_membership`)."""
+        raise NotImplementedError(
+            f"strategy {self.name!r} keeps the clients it started with; clients can only "
+            "leave a run of a strategy that supports it (faacl, fedavg)"
+        )
+
+    def _register(self, client_ids: Sequence[str]) -> list[str]:
+        """Append joining clients to the registration order; returns them as a list.
+
+        Raises a ValueError for a repeated or already registered id.
+        """
+        ids = list(client_ids)
+        if len(set(ids)) != len(ids):
+            raise ValueError("client ids must be unique")
+        known = sorted(set(ids) & set(self.client_ids_))
+        if known:
+            raise ValueError(f"clients already registered: {', '.join(known)}")
+        self._set_clients((*self.client_ids_, *ids))
+        return ids
+
+    def _check_leaving(self, client_ids: Sequence[str]) -> set[str]:
+        """Leaving clients as a set; a ValueError for an unknown id or if none would be left."""
+        leaving = set(client_ids)
+        unknown = sorted(leaving - set(self.client_ids_))
+        if unknown:
+            raise ValueError(f"unknown clients: {', '.join(unknown)}")
+        if leaving >= set(self.client_ids_):
+            raise ValueError("cannot remove every client: a strategy needs at least one")
+        return leaving
+
+    def _unregister(self, leaving: set[str]) -> None:
+        """Drop checked leaving clients from the registration order."""
+        self._set_clients(tuple(c for c in self.client_ids_ if c not in leaving))
+
+    def _set_clients(self, client_ids: Sequence[str]) -> None:
+        self.client_ids_ = tuple(client_ids)
+        self.client_index_ = {c: i for i, c in enumerate(self.client_ids_)}
 
     # -- probes ----------------------------------------------------------------------------
 

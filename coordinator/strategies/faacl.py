@@ -155,6 +155,7 @@ class FAACL(Strategy):
 
     name: ClassVar[str] = "faacl"
     probes: ClassVar[bool] = True
+    dynamic_membership: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -218,23 +219,11 @@ class FAACL(Strategy):
         The new cluster's model is ``model_factory(0)``, the initial θ of everyone; it is
         trained by its device when the device is sampled, and then enters the clustering.
         """
-        ids = list(client_ids)
-        if len(set(ids)) != len(ids):
-            raise ValueError("client ids must be unique")
-        known = sorted(set(ids) & set(self.client_ids_))
-        if known:
-            raise ValueError(f"clients already registered: {', '.join(known)}")
-        self._set_clients((*self.client_ids_, *ids))
-        self._new_singletons(ids, model_factory)
+        self._new_singletons(self._register(client_ids), model_factory)
 
     def remove_clients(self, client_ids: Sequence[str]) -> None:
         """Devices leaving: out of their cluster; an emptied cluster is deleted (§4.4)."""
-        leaving = set(client_ids)
-        unknown = sorted(leaving - set(self.client_ids_))
-        if unknown:
-            raise ValueError(f"unknown clients: {', '.join(unknown)}")
-        if leaving >= set(self.client_ids_):
-            raise ValueError("cannot remove every client: a strategy needs at least one")
+        leaving = self._check_leaving(client_ids)
         for key in list(self.clusters_):
             cluster = self.clusters_[key]
             if not leaving & set(cluster.members):
@@ -246,7 +235,7 @@ class FAACL(Strategy):
                     other.supports.discard(key)
             if cluster.partition is not None:
                 self._retest(cluster.partition)
-        self._set_clients(tuple(c for c in self.client_ids_ if c not in leaving))
+        self._unregister(leaving)
         self._reindex()
 
     # -- probes: support and merge -----------------------------------------------------------
@@ -523,10 +512,6 @@ class FAACL(Strategy):
             self.models_[key] = theta.copy()
             self.clusters_[key] = Cluster(members=[c])
         self._reindex()
-
-    def _set_clients(self, client_ids: Sequence[str]) -> None:
-        self.client_ids_ = tuple(client_ids)
-        self.client_index_ = {c: i for i, c in enumerate(self.client_ids_)}
 
     def _reindex(self) -> None:
         self._owner = {m: k for k, c in self.clusters_.items() for m in c.members}

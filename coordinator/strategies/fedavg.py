@@ -20,9 +20,18 @@ class FedAvg(Strategy):
     """One model for every client."""
 
     name: ClassVar[str] = "fedavg"
+    dynamic_membership: ClassVar[bool] = True
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         self.models_[GLOBAL] = model_factory(0)
+
+    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
+        """Joining clients are sampled from the next round on; they train the global model."""
+        self._register(client_ids)
+
+    def remove_clients(self, client_ids: Sequence[str]) -> None:
+        """Leaving clients are no longer sampled; the global model keeps what they taught it."""
+        self._unregister(self._check_leaving(client_ids))
 
     def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
         return (GLOBAL,)

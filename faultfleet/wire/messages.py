@@ -103,7 +103,9 @@ class AgentStatus(Envelope):
 
     kind: Literal["agent_status"] = "agent_status"
     agent_id: Name
-    state: Literal["online", "offline"]
+    state: Literal["online", "offline", "retired"]
+    """``retired``: taken out of service for good (``faultfleet agent --retire``); a
+    coordinator whose strategy takes leaving agents removes it from the federation."""
     timestamp: float = 0.0
     can_train: bool = False
     """The agent holds labelled training data (a diagnosis-only agent does not)."""

@@ -20,6 +20,8 @@ DESIGN_METRICS = {
     "faultfleet_agents_online": "gauge",
     "faultfleet_agents_registered": "gauge",
     "faultfleet_clusters": "gauge",
+    "faultfleet_federation_agents": "gauge",
+    "faultfleet_membership_changes_total": "counter",
     "faultfleet_cluster_size_agents": "gauge",
     "faultfleet_cluster_accuracy_ratio": "gauge",
     "faultfleet_models_published_total": "counter",

@@ -170,3 +170,24 @@ def test_wait_for_wakes_on_an_update_from_another_thread() -> None:
 
     assert reached
     assert registry.online_trainers() == ["m01", "m02"]
+
+
+def test_a_retired_agent_is_offline_and_listed_until_it_comes_back() -> None:
+    # Prepare
+    gone = OfflineLog()
+    registry = AgentRegistry(on_offline=gone)
+    registry.update(online("m01"))
+    registry.update(online("m02"))
+
+    # Execute: m01 stops cleanly, then is retired; m02 only goes offline
+    registry.update(offline("m01"))
+    registry.update(AgentStatus(agent_id="m01", state="retired"))
+    registry.update(offline("m02"))
+    retired_then = registry.retired()
+    registry.update(online("m01"))
+
+    # Assert
+    assert retired_then == ["m01"]
+    assert registry.retired() == []
+    assert registry.online_trainers() == ["m01"]
+    assert gone.calls == ["m01", "m02"]

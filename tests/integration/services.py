@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from coordinator.service import CoordinatorService, RunSummary
+from coordinator.run_summary import RunSummary
+from coordinator.service import CoordinatorService
 from coordinator.settings import CoordinatorSettings, RunSettings, TrainSettings
 from edge_agent.metrics import AgentMetrics
 from edge_agent.service import AgentService

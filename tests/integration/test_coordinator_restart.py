@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.journal import RoundJournal
-from coordinator.service import load_summary
+from coordinator.run_summary import load_summary
 from faultfleet.wire.codec import split_frame
 from faultfleet.wire.messages import FitTaskMessage
 from faultfleet.wire.settings import BrokerSettings

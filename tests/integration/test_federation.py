@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import TypeAdapter
 
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.service import CoordinatorService, load_summary
+from coordinator.run_summary import load_summary
+from coordinator.service import CoordinatorService
 from coordinator.state import has_state, load_state
 from faultfleet.wire.codec import RejectReason, parse_envelope, split_frame
 from faultfleet.wire.messages import ClusterAssignment, Diagnosis, ModelAnnouncement

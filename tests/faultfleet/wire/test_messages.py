@@ -331,3 +331,11 @@ def test_defaults_of_encoding_and_split() -> None:
 
     assert task.encoding == TensorEncoding(dtype="float32", compression="none")
     assert task.split is Split.TEST
+
+
+def test_an_agent_status_is_online_offline_or_retired() -> None:
+    retired = AgentStatus(agent_id="m07", state="retired", timestamp=1.7e9)
+
+    assert AgentStatus.model_validate_json(retired.model_dump_json()) == retired
+    with pytest.raises(ValidationError, match="state"):
+        AgentStatus(agent_id="m07", state="gone")  # type: ignore[arg-type]

@@ -1,0 +1,38 @@
+"""Where a coordinator run stands, as written to ``state_dir/summary.json`` after every round.
+
+``faultfleet demo`` and operators read it; :func:`load_summary` is the reader.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunSummary:
+    """Where the run stands; also written to ``state_dir/summary.json`` after every round."""
+
+    run_id: str
+    strategy: str
+    server_round: int = 0
+    rounds: int = 0
+    agents: list[str] = field(default_factory=list)
+    clusters: dict[str, list[str]] = field(default_factory=dict)
+    accuracy_by_agent: dict[str, float] = field(default_factory=dict)
+    accuracy_by_cluster: dict[str, float] = field(default_factory=dict)
+    accuracy: float | None = None
+    model_version: int = 0
+    rounds_retried: int = 0
+    finished: bool = False
+
+
+def load_summary(state_dir: Path) -> dict[str, Any] | None:
+    """The last ``summary.json`` of a coordinator state directory, if any."""
+    path = state_dir / "summary.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None
