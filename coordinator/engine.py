@@ -136,7 +136,8 @@ class RoundEngine:
         strategy.initialize(fleet.client_ids(), model_factory)
 
     def add_clients(self, client_ids: Sequence[str]) -> None:
-        """Register clients joining between rounds (the fleet must already reach them).
+        """Register clients joining between rounds; the fleet must reach them from the next
+        round on (the service updates the MQTT fleet's members right after).
 
         Raises
         ------

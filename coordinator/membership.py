@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from coordinator.engine import RoundEngine
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.mqtt_fleet import MqttFleet
 from coordinator.presence import AgentRegistry
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,15 @@ def plan_membership(
     return MembershipChange(joining, leaving)
 
 
+class MemberFleet(Protocol):
+    """The part of a fleet that learns its new members (:class:`~coordinator.mqtt_fleet.
+    MqttFleet`)."""
+
+    def set_clients(self, clients: Sequence[str]) -> None:
+        """The federation after agents joined or left."""
+        ...
+
+
 class MembershipSync:
     """Applies :func:`plan_membership` to a run's engine, fleet and list of agents.
 
@@ -64,16 +73,24 @@ class MembershipSync:
         self.metrics = metrics
         self._logged: set[str] = set()
 
-    def apply(self, engine: RoundEngine, fleet: MqttFleet, members: list[str]) -> list[str]:
-        """Between rounds: the federation after the change (``members`` if none applies)."""
-        retired = self.registry.retired()
-        change = plan_membership(members, self.registry.online_trainers(), retired)
-        if not change:
-            self._note_kept([a for a in members if a in set(retired)], "was retired")
-            return members
+    def has_newcomers(self, engine: RoundEngine, members: Sequence[str]) -> bool:
+        """Whether an agent outside ``members`` is online and could join now."""
         if not engine.strategy.dynamic_membership:
-            self._note_kept(change.joining, "is online outside the federation", engine)
-            self._note_kept(change.leaving, "was retired", engine)
+            return False
+        return bool(set(self.registry.online_trainers()) - set(members))
+
+    def apply(self, engine: RoundEngine, fleet: MemberFleet, members: list[str]) -> list[str]:
+        """Between rounds: the federation after the change (``members`` itself if none)."""
+        online, retired = self.registry.membership_view()
+        if not engine.strategy.dynamic_membership:
+            outside = [a for a in online if a not in members]
+            gone = [a for a in members if a in set(retired)]
+            self._note(outside, "is online outside the federation", engine.strategy.name)
+            self._note(gone, "was retired", engine.strategy.name)
+            return members
+        change = plan_membership(members, online, retired)
+        if not change:
+            self._note([a for a in members if a in set(retired)], "was retired", None)
             return members
         if change.joining:
             engine.add_clients(change.joining)
@@ -86,17 +103,16 @@ class MembershipSync:
         self.metrics.membership_changes.labels(change="left").inc(len(change.leaving))
         for agent in change.joining:
             logger.info("agent %s joined the federation", agent)
-            self._logged.discard(agent)
         for agent in change.leaving:
             logger.info("agent %s was retired and left the federation", agent)
+        self._logged -= set(change.joining) | set(change.leaving)
         return after
 
-    def _note_kept(
-        self, agents: Sequence[str], what: str, engine: RoundEngine | None = None
-    ) -> None:
+    def _note(self, agents: Sequence[str], what: str, fixed_by: str | None) -> None:
+        """Warn once per agent that a change it asks for is not made."""
         for agent in (a for a in agents if a not in self._logged):
             self._logged.add(agent)
-            if engine is None:
+            if fixed_by is None:
                 logger.warning(
                     "agent %s %s, but so was every member of the run; it stays until "
                     "another agent joins",
@@ -109,5 +125,5 @@ class MembershipSync:
                     "start a new run (an empty state_dir) to change them",
                     agent,
                     what,
-                    engine.strategy.name,
+                    fixed_by,
                 )

@@ -85,6 +85,11 @@ class AgentRegistry:
         with self._lock:
             return sorted(a for a, info in self._agents.items() if info.online and info.can_train)
 
+    def membership_view(self) -> tuple[list[str], list[str]]:
+        """(online agents that can train, retired agents), both sorted, read at one instant."""
+        with self._lock:
+            return self.online_trainers(), self.retired()
+
     def retired(self) -> list[str]:
         """Agents whose last status says they were retired, sorted."""
         with self._lock:

@@ -313,7 +313,11 @@ class CoordinatorService:
                     "round %d: no agent of the federation is online; waiting", server_round
                 )
                 self.registry.wait_for(
-                    lambda: bool(live.fleet.online_clients()) or stop.is_set(),
+                    lambda: (
+                        bool(live.fleet.online_clients())
+                        or stop.is_set()
+                        or self._membership.has_newcomers(live.engine, live.summary.agents)
+                    ),
                     max(1.0, run.retry_wait_s),
                 )
                 continue
@@ -339,11 +343,16 @@ class CoordinatorService:
     def _sync_membership(self, live: _Live) -> None:
         """Between rounds: agents that came online join, retired agents leave (if they may)."""
         after = self._membership.apply(live.engine, live.fleet, live.summary.agents)
-        if after is not live.summary.agents:
-            left = set(live.summary.agents) - set(after)
-            live.summary.agents = after
-            for agent in left:
-                live.summary.accuracy_by_agent.pop(agent, None)
+        if after is live.summary.agents:
+            return
+        left = set(live.summary.agents) - set(after)
+        live.summary.agents = after
+        for agent in left:
+            live.summary.accuracy_by_agent.pop(agent, None)
+            # A retained assignment would greet the agent if it ever came back.
+            self.connection.publish(self.topics.assignment(agent), b"", retain=True)
+        # Saved at once, so that a round interrupted from here on replays with these members.
+        self._checkpoint(live)
 
     def _after_round(self, live: _Live, report: RoundReport, duration_s: float) -> None:
         run = self.settings.run
@@ -370,9 +379,15 @@ class CoordinatorService:
         )
 
     def _serving(self, live: _Live) -> dict[str, str]:
-        """Agent → model key that serves it (IFCA: the candidate it chose when evaluated)."""
+        """Agent → model key that serves it (IFCA: the candidate it chose when evaluated).
+
+        An agent whose model was never trained (a FAACL newcomer) is left out: it keeps
+        the model it had, if any, until its cluster's first update.
+        """
         serving: dict[str, str] = {}
         for agent in live.summary.agents:
+            if not live.engine.strategy.model_ready(agent):
+                continue
             candidates = live.engine.strategy.predict_models(agent)
             chosen = self._chosen_keys.get(agent, candidates[0])
             serving[agent] = chosen if chosen in candidates else candidates[0]

@@ -176,14 +176,18 @@ def build_source(
 def _retire(settings: AgentSettings, machines: range | None) -> int:
     """``faultfleet agent --retire``: one agent, or each of ``--machines``."""
     ids = [settings.agent_id] if machines is None else [machine_id(settings, i) for i in machines]
+    failed = []
     for agent_id in ids:
         try:
             retire_agent(settings.model_copy(update={"agent_id": agent_id}))
         except RetireError as error:
             print(f"faultfleet: error: {error}", file=sys.stderr)
-            return 1
+            failed.append(agent_id)
+            continue
         print(f"agent {agent_id} retired")
-    return 0
+    if failed:
+        print(f"faultfleet: error: not retired: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def machine_id(settings: AgentSettings, index: int) -> str:

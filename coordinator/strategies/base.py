@@ -247,6 +247,14 @@ class Strategy(ABC):
     def model_key_for(self, client_id: str) -> str:
         """Key of the model that currently serves ``client_id``."""
 
+    def model_ready(self, client_id: str) -> bool:
+        """Whether ``client_id``'s model has been trained at all, so it may be published.
+
+        True by default; FAACL says False for a newcomer's singleton cluster until its
+        first update (its model is still the common initialisation).
+        """
+        return True
+
     def aggregate_evaluate(  # noqa: B027 - an optional hook, not an abstract step
         self, server_round: int, results: Sequence[EvaluateResult]
     ) -> None:

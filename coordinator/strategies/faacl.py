@@ -437,6 +437,10 @@ class FAACL(Strategy):
             raise KeyError(f"unknown client {client_id!r}")
         return self._owner[client_id]
 
+    def model_ready(self, client_id: str) -> bool:
+        """False while ``client_id``'s cluster waits for its first update (a newcomer)."""
+        return self.clusters_[self.model_key_for(client_id)].partition is not None
+
     def cluster_labels(self) -> dict[str, int]:
         """Clusters numbered in order of their first member."""
         position = {k: i for i, k in enumerate(self._ordered(self.clusters_))}

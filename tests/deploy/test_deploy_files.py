@@ -207,7 +207,7 @@ def test_acl_names_exactly_the_agent_topics_of_the_topic_tree() -> None:
     # Prepare: "AGENT" stands in for mosquitto's %u
     topics = Topics()
     expected = {
-        ("write", topics.agent_status("AGENT")),
+        ("readwrite", topics.agent_status("AGENT")),  # read back by --retire
         ("write", topics.results("AGENT")),
         ("write", topics.diagnoses("AGENT")),
         ("read", topics.tasks("AGENT")),

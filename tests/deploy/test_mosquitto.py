@@ -251,6 +251,27 @@ def test_an_agent_reads_its_tasks_and_the_models_but_not_another_agents_tasks(
     assert received == [model, f"{ROOT}/agents/m01/tasks"]
 
 
+def test_an_agent_reads_its_own_retained_status_but_not_another_agents(
+    broker: RunningBroker,
+) -> None:
+    # Prepare: both statuses retained, as the agents leave them
+    own, other = f"{ROOT}/agents/m01/status", f"{ROOT}/agents/m02/status"
+    with login(broker, "coordinator") as coordinator:
+        coordinator.publish(other, b"online", retain=True)
+        coordinator.publish(own, b"online", retain=True)
+
+    # Execute
+    with login(broker, "m01") as m01:
+        m01.subscribe(other, own)
+        received = m01.topics_until(own)
+    with login(broker, "coordinator") as coordinator:
+        coordinator.publish(other, b"", retain=True)
+        coordinator.publish(own, b"", retain=True)
+
+    # Assert
+    assert received == [own]
+
+
 def test_a_wrong_password_is_refused(broker: RunningBroker) -> None:
     # Execute
     with Client(broker, "m01", "not-the-password") as intruder:
