@@ -109,3 +109,39 @@ def test_retiring_a_running_agent_is_refused(
 
         with pytest.raises(RetireError, match="m00 is online; stop it first"):
             retire_agent(agent_settings("m00", broker_settings, tmp_path))
+
+
+def test_a_joined_agent_stays_a_member_after_the_coordinator_restarts(
+    broker_settings: BrokerSettings, tmp_path: Path
+) -> None:
+    # Prepare: a FedAvg run of m00 and m01; m02 comes online after the first round
+    settings = coordinator_settings(
+        broker_settings, tmp_path / "coordinator", strategy="fedavg", rounds=40, min_agents=2
+    )
+    first = CoordinatorService(settings, CoordinatorMetrics(CollectorRegistry()))
+    agents_dir = tmp_path / "agents"
+    with running_agents(broker_settings, agents_dir, [0, 1], clients_per_group=2):
+        coordinator = CoordinatorThread(first)
+        try:
+            wait_until(
+                lambda: first.summary is not None and first.summary.server_round >= 1,
+                120,
+                "the first round",
+            )
+            with running_agents(broker_settings, agents_dir, [2], clients_per_group=2):
+                wait_until(lambda: "m02" in members(first), 120, "m02 to join")
+
+                # Execute: stop the coordinator, start it again on the same state
+                coordinator.close()
+                second = CoordinatorService(settings, CoordinatorMetrics(CollectorRegistry()))
+                assert second.summary is None
+                restarted = CoordinatorThread(second)
+                summary = restarted.result(timeout_s=300)
+        finally:
+            coordinator.close()
+
+    # Assert: the resumed run kept m02 and finished
+    assert summary.finished
+    assert summary.agents == ["m00", "m01", "m02"]
+    assert second.engine is not None
+    assert second.engine.strategy.client_ids_ == ("m00", "m01", "m02")

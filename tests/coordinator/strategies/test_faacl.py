@@ -556,11 +556,14 @@ def test_a_joining_device_waits_until_trained_then_reactivates_the_clustering() 
     key = strategy.model_key_for("new")
     assert strategy.clusters_[key].members == ["new"]
     assert strategy.clusters_[key].partition is None
+    assert not strategy.model_ready("new")
+    assert strategy.model_ready("c0")
     assert strategy.training_keys("new") == (key,)
     assert not strategy.frozen
     assert probe(strategy, 4, by_group(groups, strategy)) == []
     train_all(strategy, 4)
     assert strategy.clusters_[key].partition is not None
+    assert strategy.model_ready("new")
     probe(strategy, 5, by_group(groups, strategy))
     probe(strategy, 6, by_group(groups, strategy))
     assert members(strategy) == [["c0", "c1"], ["c2", "c3", "new"]]
