@@ -83,8 +83,7 @@ class Strategy(ABC):
             raise ValueError("a strategy needs at least one client")
         if len(set(client_ids)) != len(client_ids):
             raise ValueError("client ids must be unique")
-        self.client_ids_: tuple[str, ...] = tuple(client_ids)
-        self.client_index_: dict[str, int] = {c: i for i, c in enumerate(self.client_ids_)}
+        self._set_clients(client_ids)
         self.models_: dict[str, FloatArray] = {}
         self._initialize(model_factory)
 
@@ -137,8 +136,9 @@ class Strategy(ABC):
         self._set_clients(tuple(c for c in self.client_ids_ if c not in leaving))
 
     def _set_clients(self, client_ids: Sequence[str]) -> None:
-        self.client_ids_ = tuple(client_ids)
-        self.client_index_ = {c: i for i, c in enumerate(self.client_ids_)}
+        """The registered clients, in registration order, and their positions."""
+        self.client_ids_: tuple[str, ...] = tuple(client_ids)
+        self.client_index_: dict[str, int] = {c: i for i, c in enumerate(self.client_ids_)}
 
     # -- probes ----------------------------------------------------------------------------
 
@@ -306,8 +306,7 @@ class Strategy(ABC):
             raise ValueError(
                 f"state belongs to strategy {state.meta.get('strategy')!r}, not {self.name!r}"
             )
-        self.client_ids_ = tuple(state.meta["client_ids"])
-        self.client_index_ = {c: i for i, c in enumerate(self.client_ids_)}
+        self._set_clients(state.meta["client_ids"])
         self.models_ = {
             k: np.asarray(state.arrays[f"model/{i}"], dtype=np.float32)
             for i, k in enumerate(state.meta["models"])
