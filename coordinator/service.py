@@ -6,7 +6,9 @@ strategy) and runs the loop:
 
 1. wait until ``run.min_agents`` agents that can train are online; they are the federation
    (after a restart: the federation saved in the state);
-2. per round: fix the available agents, run the round through :class:`MqttFleet`, save the
+2. per round: let agents join and leave the federation (strategies that allow it,
+   :mod:`coordinator.membership`), fix the available agents, run the round through
+   :class:`MqttFleet`, save the
    whole state (atomically) to ``state_dir``, update the metrics; evaluate every
    ``eval_every`` rounds; export and publish the cluster models every ``publish_every``
    rounds and after the last;
