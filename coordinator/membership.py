@@ -82,15 +82,16 @@ class MembershipSync:
     def apply(self, engine: RoundEngine, fleet: MemberFleet, members: list[str]) -> list[str]:
         """Between rounds: the federation after the change (``members`` itself if none)."""
         online, retired = self.registry.membership_view()
-        if not engine.strategy.dynamic_membership:
-            outside = [a for a in online if a not in members]
-            gone = [a for a in members if a in set(retired)]
-            self._note(outside, "is online outside the federation", engine.strategy.name)
-            self._note(gone, "was retired", engine.strategy.name)
-            return members
         change = plan_membership(members, online, retired)
-        if not change:
-            self._note([a for a in members if a in set(retired)], "was retired", None)
+        if not engine.strategy.dynamic_membership or not change:
+            gone = set(retired)
+            retired_members = [a for a in members if a in gone]
+            if not engine.strategy.dynamic_membership:
+                name = engine.strategy.name
+                self._note(change.joining, "is online outside the federation", name)
+                self._note(retired_members, "was retired", name)
+            else:
+                self._note(retired_members, "was retired", None)
             return members
         if change.joining:
             engine.add_clients(change.joining)

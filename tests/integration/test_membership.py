@@ -29,10 +29,10 @@ from .services import (
     sample_value,
     wait_until,
 )
+from .test_faacl_federation import FAACL_OPTIONS
 from .wire_clients import Recorder
 
 ROUNDS = 30
-FAACL_OPTIONS = {"version": 2, "hierarchical": False, "init_rounds": 2, "epsilon": 1.0}
 
 
 def agent_settings(agent_id: str, broker: BrokerSettings, tmp_path: Path) -> AgentSettings:
