@@ -69,50 +69,27 @@ Decisions on what the paper leaves open (``shared/papers/README.md`` settles ver
   every C.sup, and the partition it was in is tested again.
 - Results and probe answers are validated: a device may only train its own cluster's model
   or one its cluster supports, and only the devices asked may answer a probe.
+
+Where the pieces are: this module holds :class:`FAACL` itself (hyper-parameters, cluster
+training, the clustering's answers); its bases hold the probe rounds' support tests, merges
+and pairing (:mod:`.faacl_probing`) and the clusters, partitions, membership and saved state
+(:mod:`.faacl_clusters`); the pure tests and bounds are in :mod:`.faacl_support`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from coordinator.aggregate import weighted_average
-from coordinator.strategies.base import JsonDict, ModelFactory, Strategy
-from coordinator.strategies.faacl_support import (
-    Cluster,
-    Partition,
-    check_real,
-    hoeffding_tail,
-    is_int_at_least,
-    merge_clusters,
-    mutual_pairs,
-    pair_partitions,
-    read_losses,
-    settle,
-    supports_by_mean,
-    supports_by_wilcoxon,
-)
-from faultfleet.tasks import (
-    Failure,
-    FitInstruction,
-    FitResult,
-    LossesInstruction,
-    ProbeResults,
-)
-from faultfleet.types import Float64Array
-
-logger = logging.getLogger(__name__)
+from coordinator.strategies.faacl_probing import FAACLProbing
+from coordinator.strategies.faacl_support import check_real, is_int_at_least
+from faultfleet.tasks import Failure, FitInstruction, FitResult
 
 
-def cluster_key(n: int) -> str:
-    """Model key of the n-th cluster ever formed: ``"cluster-n"``."""
-    return f"cluster-{n}"
-
-
-class FAACL(Strategy):
+class FAACL(FAACLProbing):
     """Asymmetric clustering with supportive clusters (FAACL, flat or hierarchical).
 
     Parameters
@@ -178,18 +155,7 @@ class FAACL(Strategy):
         self.patience = patience
         self.loss_range = loss_range
 
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def _initialize(self, model_factory: ModelFactory) -> None:
-        self._validate()
-        self.clusters_: dict[str, Cluster] = {}
-        self.partitions_: dict[int, Partition] = {}
-        self.next_cluster_ = 0
-        self.next_partition_ = 0
-        self._metrics: dict[str, float] = {}
-        self._plan: dict[str, tuple[str, ...]] | None = None
-        self._under_test: list[int] = []
-        self._new_singletons(self.client_ids_, model_factory)
+    # -- hyper-parameters ------------------------------------------------------------------
 
     def _validate(self) -> None:
         if isinstance(self.version, bool) or self.version not in (1, 2):
@@ -212,179 +178,6 @@ class FAACL(Strategy):
                 f"patience must be an integer >= 1 (rounds) or None to wait for a round "
                 f"without change, got {self.patience!r}"
             )
-
-    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
-        """Devices joining the federation: each starts a singleton cluster (§4.4).
-
-        The new cluster's model is ``model_factory(0)``, the initial θ of everyone; it is
-        trained by its device when the device is sampled, and then enters the clustering.
-        """
-        self._new_singletons(self._register(client_ids), model_factory)
-
-    def remove_clients(self, client_ids: Sequence[str]) -> None:
-        """Devices leaving: out of their cluster; an emptied cluster is deleted (§4.4)."""
-        leaving = self._check_leaving(client_ids)
-        for key in list(self.clusters_):
-            cluster = self.clusters_[key]
-            if not leaving & set(cluster.members):
-                continue
-            cluster.members = [c for c in cluster.members if c not in leaving]
-            if not cluster.members:
-                del self.clusters_[key], self.models_[key]
-                for other in self.clusters_.values():
-                    other.supports.discard(key)
-            if cluster.partition is not None:
-                self._retest(cluster.partition)
-        self._unregister(leaving)
-        self._reindex()
-
-    # -- probes: support and merge -----------------------------------------------------------
-
-    def configure_probe(
-        self, server_round: int, step: int, available: Sequence[str], rng: np.random.Generator
-    ) -> list[LossesInstruction] | None:
-        """Step 0 after the initial rounds: losses of the candidate models on every available
-        member of the clusters under test; pairs the partitions first when all are stable."""
-        if step == 0:
-            self._metrics = {}
-            self._plan = None
-        if step > 0 or server_round <= self.init_rounds:
-            return None
-        if self.hierarchical and len(self.partitions_) > 1 and self._all_stable():
-            self._pair_partitions(rng)
-        online = set(available)
-        plan: dict[str, tuple[str, ...]] = {}
-        under_test = [p for p, s in self.partitions_.items() if not s.stable]
-        for p in under_test:
-            keys = self._keys_in(p)
-            for key in keys:
-                candidates = tuple(k for k in keys if k != key)
-                for device in self.clusters_[key].members:
-                    if device in online:
-                        plan[device] = (key, *candidates)
-        if not plan:
-            self._settle(under_test, answered=set(), changed=set(), merged=set())
-            return None
-        self._plan, self._under_test = plan, under_test
-        devices = sorted(plan, key=self._index)
-        self._metrics["probed_devices"] = float(len(devices))
-        self._metrics["probed_models"] = float(sum(len(plan[d]) for d in devices))
-        return [LossesInstruction(d, plan[d]) for d in devices]
-
-    def aggregate_probe(
-        self, server_round: int, step: int, results: ProbeResults, failures: Sequence[Failure]
-    ) -> None:
-        """Algorithms 3/4 (support) then 5 (merge) on the answers of probe step 0."""
-        plan, self._plan = self._plan, None
-        if plan is None:
-            raise ValueError(f"round {server_round}: probe answers arrived but none was asked")
-        losses = read_losses(plan, results)
-        tested = self._under_test
-        answered: set[int] = set()
-        changed: set[int] = set()
-        differences: list[Float64Array] = []
-        smallest_pool: int | None = None
-        for p in tested:
-            for key in self._keys_in(p):
-                members = [d for d in self.clusters_[key].members if d in losses]
-                if not members:
-                    continue
-                answered.add(p)
-                passing: set[str] = set()
-                for other in plan[members[0]][1:]:
-                    per_device = [losses[d][other] - losses[d][key] for d in members]
-                    differences.extend(per_device)
-                    pooled = sum(len(x) for x in per_device)
-                    smallest_pool = pooled if smallest_pool is None else min(smallest_pool, pooled)
-                    if self._supports(per_device):
-                        passing.add(other)
-                if passing != self.clusters_[key].supports:
-                    changed.add(p)
-                    self.clusters_[key].supports = passing
-        merged: set[int] = set()
-        merges = 0
-        for p in tested:
-            keys = self._keys_in(p)
-            pairs = mutual_pairs(keys, {k: self.clusters_[k].supports for k in keys})
-            for first, second in pairs:
-                self._merge(first, second, losses)
-            merges += len(pairs)
-            if pairs:
-                merged.add(p)
-        self._settle(tested, answered=answered, changed=changed, merged=merged)
-        self._report_tests(merges, differences, smallest_pool, failures)
-        logger.debug(
-            "round %d: %d clusters, %d merges, %d support edges",
-            server_round,
-            len(self.clusters_),
-            merges,
-            self._support_edges(),
-        )
-
-    def _supports(self, per_device: Sequence[Float64Array]) -> bool:
-        if self.version == 1:
-            return supports_by_wilcoxon(per_device, float(self.epsilon), float(self.alpha))
-        return supports_by_mean(per_device, float(self.epsilon))
-
-    def _merge(
-        self, first: str, second: str, losses: Mapping[str, Mapping[str, Float64Array]]
-    ) -> None:
-        """Algorithm 5 for one pair; the model with the lower validation loss on the union's
-        answering members is kept (module notes)."""
-        totals = {first: 0.0, second: 0.0}
-        for device in (*self.clusters_[first].members, *self.clusters_[second].members):
-            if device in losses:
-                for k in totals:
-                    totals[k] += float(losses[device][k].sum())
-        kept = first if totals[first] <= totals[second] else second
-        key = self._new_key()
-        merge_clusters(self.clusters_, first, second, key, self._index)
-        self.models_[key] = self.models_.pop(kept)
-        del self.models_[second if kept == first else first]
-        self._reindex()
-
-    def _settle(
-        self, partitions: Sequence[int], *, answered: set[int], changed: set[int], merged: set[int]
-    ) -> None:
-        for p in partitions:
-            settle(
-                self.partitions_[p],
-                clusters=len(self._keys_in(p)),
-                merged=p in merged,
-                answered=p in answered,
-                changed=p in changed,
-                patience=self.patience,
-            )
-
-    def _pair_partitions(self, rng: np.random.Generator) -> None:
-        """Algorithm 1: merge the partitions two by two, drawn at random."""
-        for group in pair_partitions(list(self.partitions_), rng):
-            if len(group) < 2:
-                continue
-            p = self.next_partition_
-            self.next_partition_ += 1
-            for old in group:
-                del self.partitions_[old]
-            for cluster in self.clusters_.values():
-                if cluster.partition in group:
-                    cluster.partition = p
-            self.partitions_[p] = Partition(stable=False)
-
-    def _report_tests(
-        self,
-        merges: int,
-        differences: Sequence[Float64Array],
-        smallest_pool: int | None,
-        failures: Sequence[Failure],
-    ) -> None:
-        self._metrics["merges"] = float(merges)
-        self._metrics["probe_failures"] = float(len(failures))
-        if differences:
-            pooled = np.concatenate(differences)
-            self._metrics["loss_difference_range"] = float(pooled.max() - pooled.min())
-        if self.version == 2 and smallest_pool is not None:
-            bound = 2.0 * hoeffding_tail(smallest_pool, float(self.epsilon), float(self.loss_range))
-            self._metrics["hoeffding_split_bound"] = min(1.0, bound)
 
     # -- training rounds -------------------------------------------------------------------
 
@@ -470,84 +263,3 @@ class FAACL(Strategy):
         }
         metrics.update(self._metrics)
         return metrics
-
-    # -- state -----------------------------------------------------------------------------
-
-    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
-        meta: JsonDict = {
-            "clusters": [c.to_json(k) for k, c in self.clusters_.items()],
-            "partitions": [[p, s.stable, s.changing_rounds] for p, s in self.partitions_.items()],
-            "next_cluster": self.next_cluster_,
-            "next_partition": self.next_partition_,
-            "metrics": dict(self._metrics),
-        }
-        return meta, {}
-
-    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
-        self._validate()
-        clusters = dict(Cluster.from_json(record) for record in meta["clusters"])
-        if set(clusters) != set(self.models_):
-            raise ValueError("state's clusters and models do not match")
-        members = sorted(m for c in clusters.values() for m in c.members)
-        if members != sorted(self.client_ids_):
-            raise ValueError("state's clusters do not hold every client exactly once")
-        self.clusters_ = clusters
-        self.partitions_ = {
-            int(p): Partition(stable=bool(s), changing_rounds=int(n))
-            for p, s, n in meta["partitions"]
-        }
-        self.next_cluster_ = int(meta["next_cluster"])
-        self.next_partition_ = int(meta["next_partition"])
-        self._metrics = {str(k): float(v) for k, v in meta["metrics"].items()}
-        self._plan, self._under_test = None, []
-        self._reindex()
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _new_key(self) -> str:
-        key = cluster_key(self.next_cluster_)
-        self.next_cluster_ += 1
-        return key
-
-    def _new_singletons(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
-        theta = np.array(model_factory(0), dtype=np.float32)
-        for c in client_ids:
-            key = self._new_key()
-            self.models_[key] = theta.copy()
-            self.clusters_[key] = Cluster(members=[c])
-        self._reindex()
-
-    def _reindex(self) -> None:
-        self._owner = {m: k for k, c in self.clusters_.items() for m in c.members}
-
-    def _ordered(self, keys: Sequence[str] | set[str] | Mapping[str, Any]) -> list[str]:
-        """Cluster keys by their first member's registration order."""
-        return sorted(keys, key=lambda k: self._index(self.clusters_[k].members[0]))
-
-    def _keys_in(self, p: int) -> list[str]:
-        return self._ordered([k for k, c in self.clusters_.items() if c.partition == p])
-
-    def _all_stable(self) -> bool:
-        return all(p.stable for p in self.partitions_.values())
-
-    def _support_edges(self) -> int:
-        return sum(len(c.supports) for c in self.clusters_.values())
-
-    def _enter(self, key: str) -> None:
-        """A cluster trained for the first time joins a partition (module notes)."""
-        if self.hierarchical or not self.partitions_:
-            p = self.next_partition_
-            self.next_partition_ += 1
-            self.partitions_[p] = Partition(stable=True)
-        else:
-            p = next(iter(self.partitions_))
-        self.clusters_[key].partition = p
-        self._retest(p)
-
-    def _retest(self, p: int) -> None:
-        """Mark partition ``p`` for testing again (or drop it if empty)."""
-        count = len(self._keys_in(p))
-        if count == 0:
-            self.partitions_.pop(p, None)
-        else:
-            self.partitions_[p] = Partition(stable=count <= 1)

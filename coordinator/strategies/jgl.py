@@ -10,6 +10,7 @@ the similarity of its gradient and the cluster's last update Δw_k = w_k(t) − 
 (eqs. 2–3); the paper has the device evaluate eq. 4, here the server applies the same rule
 to what the device sent. Empty clusters get a device (§II-C); each device trains its
 cluster's model and each cluster model becomes the average of its devices' (eqs. 5–7).
+S, eq. 4's scores and the empty-cluster fix are pure functions in :mod:`.jgl_identity`.
 
 Decisions on points the paper leaves open (papers/README.md asks for the first):
 
@@ -53,16 +54,22 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from coordinator.aggregate import weighted_average
-from coordinator.strategies.base import JsonDict, ModelFactory, Strategy, check_positive_int
+from coordinator.strategies.base import JsonDict, ModelFactory, Strategy
 from coordinator.strategies.ifca import cluster_key
+from coordinator.strategies.jgl_identity import (
+    Reference,
+    Similarity,
+    check_options,
+    descent_similarity,
+    fill_empty_clusters,
+    identity_scores,
+)
 from faultfleet.tasks import (
     Failure,
     FitInstruction,
@@ -72,83 +79,6 @@ from faultfleet.tasks import (
     ProbeInstructions,
     ProbeResults,
 )
-from faultfleet.types import Float64Array, IntArray
-
-Similarity = Literal["cosine", "euclidean"]
-SIMILARITIES: tuple[str, ...] = ("cosine", "euclidean")
-Reference = Literal["update", "gradient"]
-REFERENCES: tuple[str, ...] = ("update", "gradient")
-
-
-def descent_similarity(
-    gradients: npt.ArrayLike, updates: npt.ArrayLike, kind: str = "cosine"
-) -> Float64Array:
-    """S_ik of eq. 3 for one device, with the descent direction −∇L_ik (module docstring).
-
-    Parameters
-    ----------
-    gradients : array of shape (K, n_params)
-        ∇L_ik: the device's gradient of every cluster model's loss.
-    updates : array of shape (K, n_params)
-        Δw_k: every cluster's last update.
-    kind : "cosine" or "euclidean"
-        ``cos(−∇L_ik, Δw_k)`` (0 when either is zero) or ``−‖−∇L_ik − Δw_k‖``.
-
-    Returns
-    -------
-    array of shape (K,), float64
-    """
-    descent = -np.asarray(gradients, dtype=np.float64)
-    step = np.asarray(updates, dtype=np.float64)
-    if kind == "euclidean":
-        return np.asarray(-np.linalg.norm(descent - step, axis=1), dtype=np.float64)
-    if kind != "cosine":
-        raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {kind!r}")
-    norms = np.linalg.norm(descent, axis=1) * np.linalg.norm(step, axis=1)
-    dots = np.einsum("kn,kn->k", descent, step)
-    safe = np.where(norms > 0, norms, 1.0)
-    return np.where(norms > 0, np.clip(dots / safe, -1.0, 1.0), 0.0)
-
-
-def identity_scores(losses: npt.ArrayLike, similarity: npt.ArrayLike, lam: float) -> Float64Array:
-    """Eq. 4's objective λ·S_ik − (1 − λ)·L_ik for every cluster k, shape (K,)."""
-    return lam * np.asarray(similarity, dtype=np.float64) - (1.0 - lam) * np.asarray(
-        losses, dtype=np.float64
-    )
-
-
-def fill_empty_clusters(
-    assignment: IntArray, n_clusters: int, rng: np.random.Generator
-) -> tuple[IntArray, int]:
-    """§II-C: give every empty cluster one device taken from a cluster with several.
-
-    Parameters
-    ----------
-    assignment : array of shape (n_devices,), int
-        Cluster index of each device, in [0, n_clusters).
-    n_clusters : int
-    rng : numpy.random.Generator
-        Drawn from only when a cluster is empty.
-
-    Returns
-    -------
-    (assignment, moves)
-        A new array (the input is not modified) and the number of devices moved. Empty
-        clusters are filled in index order, each with a device drawn uniformly among those
-        whose cluster has more than one member; when none is left, the rest stay empty.
-    """
-    result = np.array(assignment, dtype=np.int64)
-    moves = 0
-    for empty in range(n_clusters):
-        if np.any(result == empty):
-            continue
-        counts = np.bincount(result, minlength=n_clusters)
-        donors = np.flatnonzero(counts[result] > 1)
-        if donors.size == 0:
-            break
-        result[int(rng.choice(donors))] = empty
-        moves += 1
-    return result, moves
 
 
 class JointGradientLoss(Strategy):
@@ -204,7 +134,13 @@ class JointGradientLoss(Strategy):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        self._validate()
+        check_options(
+            n_clusters=self.n_clusters,
+            batch_size=self.batch_size,
+            lam=self.lam,
+            similarity=self.similarity,
+            reference=self.reference,
+        )
         for k in range(self.n_clusters):
             self.models_[cluster_key(k)] = np.array(model_factory(k), dtype=np.float32)
         self.last_update_ = np.zeros((self.n_clusters, self._model_size()), dtype=np.float32)
@@ -217,24 +153,6 @@ class JointGradientLoss(Strategy):
         self.plan_: dict[str, int] | None = None
         self.metrics_: dict[str, float] = {}
         self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
-
-    def _validate(self) -> None:
-        check_positive_int("n_clusters", self.n_clusters)
-        check_positive_int("batch_size", self.batch_size)
-        lam = self.lam
-        if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
-            raise ValueError(
-                f"lam must be a number in [0, 1] (eq. 4's weight of the gradient similarity), "
-                f"got {lam!r}; the paper's best is 0.2"
-            )
-        if self.similarity not in SIMILARITIES:
-            raise ValueError(
-                f"similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}"
-            )
-        if self.reference not in REFERENCES:
-            raise ValueError(
-                f"reference must be one of {', '.join(REFERENCES)}, got {self.reference!r}"
-            )
 
     # -- probe: losses and gradients, identities -------------------------------------------
 

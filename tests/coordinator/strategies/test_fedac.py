@@ -1,13 +1,12 @@
 """Tests for coordinator.strategies.fedac on hand-made models, plus one real federation.
 
-The hand-made federation has two groups of three clients: group a sits at +3·e₀, group b at
-−3·e₀, each client a little off its group's point along another axis, so the groups are 36
-apart (squared) and members at most 0.08 from their group's mean.
+The hand-made federation is described in :mod:`tests.coordinator.strategies.fedac_helpers`;
+the PCA map, the re-clustering and the cluster-number tuning are tested in
+``test_fedac_centres.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,80 +15,26 @@ import torch
 
 from coordinator.engine import RoundEngine
 from coordinator.state import load_state, save_state
-from coordinator.strategies.fedac import EMBEDDING, FedAC, client_key, cluster_key
+from coordinator.strategies.fedac import EMBEDDING, FedAC
+from coordinator.strategies.fedac_centres import client_key, cluster_key
 from coordinator.strategies.registry import make_strategy
 from faultfleet.models.weights import flatten_weights
 from faultfleet.simulation.fleet import InProcessFleet
 from faultfleet.tasks import FitResult, ProximalTerm, TrainConfig
-from faultfleet.types import FloatArray
 from signal_pipeline.federation import ClientData, Federation
 from tests.coordinator.fakes import SyntheticFleet, seeded_factory
+from tests.coordinator.strategies.fedac_helpers import (
+    CLIENTS,
+    DIM,
+    GROUPED,
+    A,
+    B,
+    answer,
+    factory,
+    groups_of,
+    make,
+)
 from tests.edge_agent.test_training import tiny_cnn, toy_dataset
-
-DIM = 6
-A, B = ("a0", "a1", "a2"), ("b0", "b1", "b2")
-CLIENTS = A + B
-
-
-def point(sign: float, offset: int) -> FloatArray:
-    """A group's point ±3·e₀ shifted by 0.2 along axis 1 + offset % 3 (offset 0: no shift)."""
-    w = np.zeros(DIM, dtype=np.float32)
-    w[0] = 3.0 * sign
-    if offset:
-        w[1 + offset % 3] = 0.2
-    return w
-
-
-GROUPED: dict[str, FloatArray] = {
-    **{c: point(1.0, i) for i, c in enumerate(A)},
-    **{c: point(-1.0, i) for i, c in enumerate(B)},
-}
-
-
-def factory(j: int) -> FloatArray:
-    return np.full(DIM, 0.01 * (j + 1), dtype=np.float32)
-
-
-def make(**options: object) -> FedAC:
-    settings: dict[str, object] = {
-        "fraction": 1.0,
-        "components": 4,
-        "buffer_size": 12,
-        "warmup": 1,
-        "tune_every": 1,
-        **options,
-    }
-    strategy = FedAC(**settings)  # type: ignore[arg-type]
-    strategy.initialize(list(CLIENTS), factory)
-    return strategy
-
-
-def answer(
-    strategy: FedAC,
-    server_round: int,
-    models: Mapping[str, FloatArray],
-    samples: Mapping[str, int] | None = None,
-) -> None:
-    """Configure a round among ``models``' clients; each answers with its given model."""
-    instructions = strategy.configure_round(
-        server_round, list(models), np.random.default_rng(server_round)
-    )
-    results = []
-    for ins in instructions:
-        (key,) = ins.model_keys
-        w = models[ins.client_id]
-        start = strategy.models[key]
-        n = 10 if samples is None else samples[ins.client_id]
-        results.append(FitResult(ins.client_id, key, w.copy(), w - start, n, 0.1))
-    strategy.aggregate_round(server_round, results, ())
-
-
-def groups_of(strategy: FedAC) -> set[frozenset[str]]:
-    found: dict[int, set[str]] = {}
-    for c, label in strategy.cluster_labels().items():
-        found.setdefault(label, set()).add(c)
-    return {frozenset(members) for members in found.values()}
-
 
 # -- instructions -------------------------------------------------------------------------
 
@@ -152,63 +97,6 @@ def test_the_global_embedding_is_the_unweighted_mean_of_the_new_models() -> None
     np.testing.assert_array_equal(strategy.models[client_key("a1")], factory(0))
 
 
-def test_the_pca_map_grows_to_d_by_accumulating_rounds() -> None:
-    strategy = make(components=4, buffer_size=12, map_every=5)
-    rng = np.random.default_rng(0)
-
-    def round_of(clients: Sequence[str]) -> dict[str, FloatArray]:
-        return {c: rng.normal(size=DIM).astype(np.float32) for c in clients}
-
-    answer(strategy, 1, round_of(A))  # 3 models: 2 directions
-    first = strategy.directions_.shape[0]
-    answer(strategy, 2, round_of(B))  # 4 deviations from two rounds: capped at D = 4
-    second = strategy.directions_.copy()
-    answer(strategy, 3, round_of(A))
-
-    assert (first, second.shape[0]) == (2, 4)
-    assert strategy.buffer_.shape == (9, DIM)
-    assert strategy.round_metrics()["map_components"] == 4.0
-    np.testing.assert_array_equal(strategy.directions_, second)  # D reached: refit sparsely
-    for server_round in range(4, 8):
-        answer(strategy, server_round, round_of(B))
-    assert strategy.buffer_.shape == (12, DIM)  # oldest deviations dropped
-    assert strategy.map_round_ == 7  # refitted 5 rounds after round 2
-
-
-def test_each_round_adds_its_models_minus_their_mean() -> None:
-    strategy = make()
-    models = {"a0": np.array([1, 0, 0, 0, 0, 0], np.float32), "a1": np.zeros(DIM, np.float32)}
-
-    answer(strategy, 1, models)
-
-    np.testing.assert_allclose(strategy.buffer_, [[0.5, 0, 0, 0, 0, 0], [-0.5, 0, 0, 0, 0, 0]])
-
-
-def test_the_e_step_moves_a_client_to_its_most_similar_centre_and_the_m_step_averages() -> None:
-    strategy = make(n_clusters=2, gc_low=0.0, gc_high=1e9)
-    answer(strategy, 1, GROUPED)
-    moved = dict(GROUPED, a0=point(-1.0, 0) + np.float32(0.05))
-
-    answer(strategy, 2, moved)
-
-    assert groups_of(strategy) == {frozenset(("a1", "a2")), frozenset(("a0", *B))}
-    b_centre = strategy.models[strategy.labels_["b0"]]
-    np.testing.assert_allclose(b_centre, np.mean([moved[c] for c in ("a0", *B)], axis=0), atol=1e-6)
-    a_centre = strategy.models[strategy.labels_["a1"]]
-    np.testing.assert_allclose(a_centre, np.mean([moved["a1"], moved["a2"]], axis=0), atol=1e-6)
-
-
-def test_clients_that_never_trained_stay_out_of_the_centres() -> None:
-    strategy = make(n_clusters=2)
-
-    answer(strategy, 1, {c: GROUPED[c] for c in ("a0", "a1", "b0", "b1")})
-
-    for key in strategy.cluster_keys():
-        members = [c for c in ("a0", "a1", "b0", "b1") if strategy.labels_[c] == key]
-        expected = np.mean([GROUPED[c] for c in members], axis=0)
-        np.testing.assert_allclose(strategy.models[key], expected, atol=1e-6)
-
-
 def test_a_round_without_answers_changes_nothing() -> None:
     strategy = make(n_clusters=2)
     answer(strategy, 1, GROUPED)
@@ -227,80 +115,6 @@ def test_a_client_must_train_its_own_model() -> None:
 
     with pytest.raises(ValueError, match="expected its own model 'client/a0'"):
         strategy.aggregate_round(1, [wrong], ())
-
-
-# -- cluster-number tuning --------------------------------------------------------------
-
-
-def test_a_lone_cluster_splits_into_the_two_groups_under_fresh_keys() -> None:
-    strategy = make(n_clusters=1)
-    answer(strategy, 1, GROUPED)
-    assert strategy.num_clusters == 1
-
-    answer(strategy, 2, GROUPED)
-
-    assert groups_of(strategy) == {frozenset(A), frozenset(B)}
-    assert strategy.cluster_keys() == [cluster_key(1), cluster_key(2)]
-    assert strategy.round_metrics()["splits"] == 1.0
-    assert strategy.round_metrics()["clusters"] == 2.0
-
-
-def test_a_cluster_of_two_groups_splits_when_its_gc_is_above_gc_high() -> None:
-    # Groups a and b (±3·e₀) share a cluster, group c (3·e₅) has its own: G_c of the shared
-    # cluster is about 9 / 9 = 1 > 0.8, that of c about 0.
-    c_group = {
-        f"c{i}": point(0.0, i) + np.float32(3.0) * np.eye(DIM, dtype=np.float32)[5]
-        for i in range(3)
-    }
-    strategy = FedAC(
-        fraction=1.0, components=4, buffer_size=12, warmup=1, tune_every=2, n_clusters=2, gc_low=0.0
-    )
-    strategy.initialize([*CLIENTS, *c_group], factory)
-    models = {**GROUPED, **c_group}
-    answer(strategy, 1, models)
-    first, second = strategy.cluster_keys()
-    strategy.labels_ = {c: second if c in c_group else first for c in strategy.labels_}
-    strategy._update_centres()
-
-    answer(strategy, 2, models)  # the E-step keeps the clusters; no tuning yet
-    assert groups_of(strategy) == {frozenset(A + B), frozenset(c_group)}
-    answer(strategy, 3, models)
-
-    assert groups_of(strategy) == {frozenset(A), frozenset(B), frozenset(c_group)}
-    assert strategy.round_metrics()["splits"] == 1.0
-
-
-def test_a_singleton_merges_into_the_closest_cluster() -> None:
-    # Three seeds on two groups leave one group split into a singleton (G_c = 0) and a pair.
-    strategy = make(n_clusters=3, gc_low=1e-4)
-    answer(strategy, 1, GROUPED)
-    assert strategy.num_clusters == 3
-
-    answer(strategy, 2, GROUPED)
-
-    assert groups_of(strategy) == {frozenset(A), frozenset(B)}
-    assert strategy.round_metrics()["merges"] == 1.0
-
-
-def test_well_separated_tight_clusters_merge_below_gc_low() -> None:
-    strategy = make(n_clusters=2, gc_low=0.2)
-    answer(strategy, 1, GROUPED)
-
-    answer(strategy, 2, GROUPED)  # G_c ≈ 0.002 < 0.2 for both
-
-    assert strategy.num_clusters == 1
-
-
-def test_tuning_waits_tune_every_rounds() -> None:
-    strategy = make(n_clusters=1, tune_every=3)
-    answer(strategy, 1, GROUPED)
-    for server_round in (2, 3):
-        answer(strategy, server_round, GROUPED)
-        assert strategy.num_clusters == 1
-
-    answer(strategy, 4, GROUPED)
-
-    assert strategy.num_clusters == 2
 
 
 # -- state ------------------------------------------------------------------------------
