@@ -47,6 +47,9 @@ of updates/s and MB/s (10^6 bytes of MQTT payload), the ratio to raw, and the pe
 time of our network-thread handler (``on_answer``) and of the journal writes (writer thread).
 On a shared machine the spread between runs is large: raise ``--repeats``. Numbers only,
 no pass/fail.
+
+The publisher process is in ``ingest_publisher.py``, the timed receivers in
+``ingest_receivers.py``; this script measures and prints.
 """
 
 from __future__ import annotations
@@ -56,300 +59,26 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import queue
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from ingest_publisher import expect, publisher_main
+from ingest_receivers import Run, TimedJournal, Workload, fleet_round, paho_run, raw_run
 
-from coordinator.journal import RoundJournal
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.mqtt_fleet import MqttFleet
-from coordinator.presence import AgentRegistry
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
-from faultfleet.tasks import FitTask, TrainConfig
-from faultfleet.types import FloatArray
 from faultfleet.wire.broker import RunningBroker, start_broker
-from faultfleet.wire.codec import encode_frame, encode_tensors, split_frame
-from faultfleet.wire.messages import AgentStatus, FitUpdateMessage, ModelSpec, TensorEncoding
-from faultfleet.wire.mqtt import MqttConnection
-from faultfleet.wire.settings import DEFAULT_MAX_PAYLOAD_BYTES, BrokerSettings
-from faultfleet.wire.topics import Topics
+from faultfleet.wire.codec import encode_tensors
+from faultfleet.wire.messages import ModelSpec, TensorEncoding
 
 SAMPLE_SHAPE = (1, 1024)
 N_CLASSES = 12
-TOPICS = Topics()
-WAIT_S = 600.0
-
-
-# -- the publisher process -------------------------------------------------------------------
-
-
-def _answer_frames(
-    headers: Sequence[dict[str, Any]], body: bytes, encoding: TensorEncoding
-) -> list[tuple[str, bytes]]:
-    """One ``fit_update`` frame per task header, all with the same tensor ``body``."""
-    frames = []
-    for header in headers:
-        message = FitUpdateMessage(
-            task_id=header["task_id"],
-            run_id=header["run_id"],
-            server_round=header["server_round"],
-            agent_id=header["agent_id"],
-            model_key=header["model_keys"][0],
-            encoding=encoding,
-            num_samples=100,
-            train_loss=0.5,
-        )
-        frames.append((TOPICS.results(header["agent_id"]), encode_frame(message, body)))
-    return frames
-
-
-def publisher_main(pipe: Connection, port: int) -> None:
-    """Serve commands from ``pipe`` until ``("stop",)``; runs in a spawned process.
-
-    ``("run", mode, body_path, dtype, compression, agent_ids)``: in mode ``"agents"`` send
-    ``("ready",)``, wait for one task per agent and answer them all; in mode ``"raw"``
-    answer made-up tasks at once. Then send ``("done", first_publish, last_puback, bytes)``
-    (Unix time in seconds, bytes of one frame).
-    """
-    tasks: queue.Queue[dict[str, Any]] = queue.Queue()
-
-    def on_task(topic: str, payload: bytes) -> None:
-        header, _ = split_frame(payload, max_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
-        tasks.put(header)
-
-    connection = MqttConnection(
-        client_id="bench-ingest-publisher", settings=BrokerSettings(host="127.0.0.1", port=port)
-    )
-    connection.route(f"{TOPICS.root}/agents/+/tasks", on_task)
-    connection.start()
-    if not (connection.wait_connected(30) and connection.wait_subscribed(30)):
-        pipe.send(("error", f"publisher could not connect to 127.0.0.1:{port}"))
-        return
-    pipe.send(("ready",))
-    while (command := pipe.recv())[0] != "stop":
-        _, mode, body_path, dtype, compression, agents = command
-        body = Path(body_path).read_bytes()
-        encoding = TensorEncoding(dtype=dtype, compression=compression)
-        if mode == "agents":
-            while not tasks.empty():
-                tasks.get_nowait()
-            pipe.send(("ready",))
-            headers = [tasks.get(timeout=WAIT_S) for _ in agents]
-        else:
-            made_up = {"run_id": "raw", "server_round": 1, "model_keys": ["global"]}
-            headers = [
-                {**made_up, "task_id": f"raw{i}", "agent_id": a} for i, a in enumerate(agents)
-            ]
-        frames = _answer_frames(headers, body, encoding)
-        started = time.time()
-        for topic, frame in frames[:-1]:
-            connection.publish(topic, frame)
-        connection.publish_wait(*frames[-1], timeout_s=WAIT_S)
-        pipe.send(("done", started, time.time(), len(frames[-1][1])))
-    connection.stop()
-
-
-# -- the receivers ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    """One measured delivery of N updates."""
-
-    seconds: float
-    """First publish to last message received, seconds."""
-    publisher_seconds: float
-    """First publish to the publisher's last PUBACK, seconds."""
-    frame_bytes: int
-    handler_seconds: float = float("nan")
-    """Time spent in ``on_answer`` over all updates, seconds."""
-    journal_seconds: float = float("nan")
-    """Time spent in ``RoundJournal.record`` over all updates, seconds."""
-
-
-class TimedJournal(RoundJournal):
-    """A journal that adds up the time of its writes; ``enabled=False`` writes nothing."""
-
-    def __init__(self, directory: Path, *, enabled: bool = True) -> None:
-        super().__init__(directory)
-        self.enabled = enabled
-        self.seconds = 0.0
-
-    def record_many(self, entries: Sequence[tuple[str, str, bytes]]) -> None:
-        started = time.perf_counter()
-        if self.enabled:
-            super().record_many(entries)
-        self.seconds += time.perf_counter() - started
-
-
-class TimedFleet(MqttFleet):
-    """The real fleet, adding up the time its network-thread handler takes."""
-
-    handler_seconds = 0.0
-    last_answer_at = 0.0
-    """Unix time the last update was accepted (journaled and counted)."""
-
-    def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
-        started = time.perf_counter()
-        super().on_answer(topic, payload, journal=journal)
-        self.handler_seconds += time.perf_counter() - started
-        self.last_answer_at = max(self.last_answer_at, time.time())
-
-    def _settle(self, writes: Sequence[Any]) -> None:
-        super()._settle(writes)
-        self.last_answer_at = time.time()
-
-
-def _expect(pipe: Connection, kind: str) -> tuple[Any, ...]:
-    if not pipe.poll(WAIT_S):
-        raise TimeoutError(f"the publisher sent no {kind!r} within {WAIT_S:.0f} s")
-    message: tuple[Any, ...] = pipe.recv()
-    if message[0] != kind:
-        raise RuntimeError(f"publisher answered {message!r}, expected {kind!r}")
-    return message
-
-
-@dataclass(frozen=True)
-class Workload:
-    """N updates of one model: who answers, with what, through which broker."""
-
-    broker: RunningBroker
-    pipe: Connection
-    agents: list[str]
-    command: tuple[Any, ...]
-    """``(body_path, dtype, compression, agents)`` for the publisher."""
-    model: ModelSpec
-    weights: FloatArray
-    """The task's (global) weights, shape (n_params,)."""
-    encoding: TensorEncoding
-
-
-def raw_run(work: Workload) -> Run:
-    """Deliver one frame per agent to ``mosquitto_sub``; time until its last receipt."""
-    broker, n = work.broker, len(work.agents)
-    log_path = broker.workdir / "mosquitto_sub.out"
-    # Line-buffered, so that the SUBACK line shows before the first message arrives.
-    argv = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
-    argv += ["mosquitto_sub", "-h", broker.host, "-p", str(broker.port), "-q", "1"]
-    argv += ["-C", str(n), "-t", TOPICS.all_results(), "-i", "bench-ingest-raw"]
-    argv += ["-d", "-F", "%U"]  # -d shows the SUBACK; %U prints the receipt time, not the payload
-    with log_path.open("wb") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while b"SUBACK" not in log_path.read_bytes():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mosquitto_sub did not subscribe: {log_path.read_text()!r}")
-            time.sleep(0.01)
-        work.pipe.send(("run", "raw", *work.command))
-        process.wait(timeout=WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    _, started, acked, frame_bytes = _expect(work.pipe, "done")
-    stamps = [line for line in log_path.read_text().splitlines() if line[:1].isdigit()]
-    return Run(float(stamps[-1]) - started, acked - started, frame_bytes)
-
-
-def paho_run(work: Workload) -> Run:
-    """Deliver one frame per agent to a bare ``MqttConnection`` whose handler only counts.
-
-    The ceiling of any receiver built on paho on this machine: what is left between it and
-    ``mosquitto_sub`` is paho's pure-Python receive loop, not the coordinator's work.
-    """
-    n = len(work.agents)
-    received = threading.Event()
-    count = 0
-    last = 0.0
-
-    def on_result(topic: str, payload: bytes) -> None:
-        nonlocal count, last
-        count += 1
-        last = time.time()
-        if count == n:
-            received.set()
-
-    settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
-    connection = MqttConnection(client_id="bench-ingest-paho", settings=settings)
-    connection.route(TOPICS.all_results(), on_result)
-    connection.start()
-    try:
-        if not (connection.wait_connected(30) and connection.wait_subscribed(30)):
-            raise RuntimeError(f"paho receiver could not subscribe on {connection.broker_address}")
-        work.pipe.send(("run", "raw", *work.command))
-        if not received.wait(WAIT_S):
-            raise TimeoutError(f"paho receiver got {count} of {n} messages")
-        _, started, acked, frame_bytes = _expect(work.pipe, "done")
-    finally:
-        connection.stop()
-    return Run(last - started, acked - started, frame_bytes)
-
-
-def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run:
-    """One round of ``MqttFleet.fit`` over the agents, on a fresh coordinator connection."""
-    settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
-    connection = MqttConnection(client_id="bench-ingest-coordinator", settings=settings)
-    registry = AgentRegistry()
-    for agent in work.agents:
-        registry.update(
-            AgentStatus(agent_id=agent, state="online", can_train=True, num_train_samples=100)
-        )
-    fleet = TimedFleet(
-        connection,
-        TOPICS,
-        registry,
-        work.agents,
-        run_id="bench-ingest",
-        model=work.model,
-        n_params=len(work.weights),
-        encoding=work.encoding,
-        deadline_s=WAIT_S,
-        min_quorum=len(work.agents),
-        journal=journal,
-        metrics=CoordinatorMetrics(),
-        max_payload_bytes=settings.max_payload_bytes,
-    )
-    tasks = [
-        FitTask(agent, {"global": work.weights}, TrainConfig(), seed=i)
-        for i, agent in enumerate(work.agents)
-    ]
-    connection.start()
-    try:
-        if not (connection.wait_connected(30) and connection.wait_subscribed(30)):
-            raise RuntimeError(f"coordinator could not subscribe on {connection.broker_address}")
-        journal.seconds = 0.0
-        fleet.begin_round(server_round, replay=False)
-        work.pipe.send(("run", "agents", *work.command))
-        _expect(work.pipe, "ready")
-        outcome = fleet.fit(server_round, tasks)
-        fleet.end_round()
-        _, started, acked, frame_bytes = _expect(work.pipe, "done")
-    finally:
-        connection.stop()
-    if len(outcome.results) != len(tasks):
-        raise RuntimeError(f"only {len(outcome.results)} of {len(tasks)} updates were accepted")
-    return Run(
-        fleet.last_answer_at - started,
-        acked - started,
-        frame_bytes,
-        fleet.handler_seconds,
-        journal.seconds,
-    )
 
 
 # -- reporting -------------------------------------------------------------------------------
@@ -421,7 +150,7 @@ def main() -> None:
         )
         publisher.start()
         try:
-            _expect(pipe, "ready")
+            expect(pipe, "ready")
             print(
                 f"{'model':<8}{'receiver':<15}{'journal':<8}{'n':>6}{'upd/s':>10}{'MB/s':>9}"
                 f"{'ratio':>7}{'wall_s':>9}{'pub_s':>8}{'handler_ms':>11}{'journal_ms':>11}",

@@ -36,8 +36,10 @@ import numpy as np
 import torch
 
 from coordinator.task_frames import Frame, TaskFrames
+from edge_agent.batching import minibatch
+from edge_agent.evaluation import loss_and_gradient
 from edge_agent.task_runner import TaskRunner
-from edge_agent.training import local_update, loss_and_gradient, minibatch
+from edge_agent.training import local_update
 from faultfleet.models.weights import flatten_weights, parameter_count
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import FitTask, GradientTask, LossesTask, Proximal, Split, TrainConfig

@@ -26,13 +26,13 @@ from collections.abc import Callable
 
 from pydantic import TypeAdapter
 
+from edge_agent.batching import select_device
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.inference import ModelIntegrityError, ModelStore, OnnxDiagnoser
 from edge_agent.metrics import AgentMetrics
 from edge_agent.settings import AgentSettings
 from edge_agent.sources import Window, WindowSource
 from edge_agent.task_runner import TaskRunner
-from edge_agent.training import select_device
 from faultfleet import __version__
 from faultfleet.wire.codec import WireError, parse_envelope, split_frame
 from faultfleet.wire.messages import AgentStatus, ClusterAssignment, Diagnosis, ModelAnnouncement

@@ -2,15 +2,16 @@
 
 :class:`TaskRunner` turns a task frame from the coordinator into the answer frame: it
 validates the header, decodes the weights (safetensors, checked against the architecture's
-parameter count) and answers with the reference primitives of :mod:`edge_agent.training`:
+parameter count) and answers with the reference primitives of :mod:`edge_agent.training`,
+:mod:`edge_agent.evaluation` and :mod:`edge_agent.batching`:
 
 * fit — picks the lowest-loss candidate when there are several (IFCA) and trains it with
   :func:`~edge_agent.training.local_update`, with the task's proximal terms;
-* evaluate — the same choice, then :func:`~edge_agent.training.evaluate` on the split;
-* losses — :func:`~edge_agent.training.evaluate` of every model on the split: its
+* evaluate — the same choice, then :func:`~edge_agent.evaluation.evaluate` on the split;
+* losses — :func:`~edge_agent.evaluation.evaluate` of every model on the split: its
   per-sample losses, or their mean;
-* gradient — :func:`~edge_agent.training.minibatch` with the task's seed, then
-  :func:`~edge_agent.training.loss_and_gradient` of every model on that one batch.
+* gradient — :func:`~edge_agent.batching.minibatch` with the task's seed, then
+  :func:`~edge_agent.evaluation.loss_and_gradient` of every model on that one batch.
 
 Answers are encoded as the task asks (losses always in float32, see
 :mod:`coordinator.mqtt_probes`). Problems with the agent's own data, a diverged model, or
@@ -31,13 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from edge_agent.training import (
-    choose_model,
-    evaluate,
-    local_update,
-    loss_and_gradient,
-    minibatch,
-)
+from edge_agent.batching import minibatch
+from edge_agent.evaluation import choose_model, evaluate, loss_and_gradient
+from edge_agent.training import local_update
 from faultfleet.models.weights import parameter_count
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import Proximal

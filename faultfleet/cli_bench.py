@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from faultfleet.imagebench.bench import Cell, check_cells, default_jobs, plan_cells, run_cells
+from faultfleet.imagebench.bench import default_jobs, run_cells
+from faultfleet.imagebench.cells import Cell, check_cells, plan_cells
 from faultfleet.imagebench.datasets import DATASET_NAMES
 from faultfleet.imagebench.report import draw, group_documents, write_csv, write_markdown
 from faultfleet.imagebench.suites import SUITES, Suite, get_suite

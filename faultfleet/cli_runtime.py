@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from coordinator.checkpoint import ServiceError
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.service import CoordinatorService, ServiceError
+from coordinator.service import CoordinatorService
 from coordinator.settings import CoordinatorSettings
 from edge_agent.metrics import AgentMetrics
 from edge_agent.retire import RetireError, retire_agent

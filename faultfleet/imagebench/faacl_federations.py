@@ -3,7 +3,9 @@
 Devices are partitioned equally into two clusters — devices ``c000 .. c{n/2-1}`` form
 cluster 0 (group 0), the rest cluster 1 (group 1) — except in S0, which has one group.
 The default of 50 devices is the FASHION row of Table 5; the noise defaults are the
-FASHION column of Table 8.
+FASHION column of Table 8. How the devices share the data between the two clusters
+(device ids, equal random splits, the train / val / test pools S2 and A2 draw from) is
+:mod:`faultfleet.imagebench.faacl_devices`.
 
 * :func:`s0_iid` — S0: the dataset split equally and uniformly at random among all devices.
 * :func:`s1_label_ranges` — S1: the first half of the classes (0–4) among cluster 0, the
@@ -50,6 +52,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from faultfleet.imagebench.faacl_devices import (
+    cluster_clients,
+    partition_metadata,
+    pooled_clients,
+    split_among,
+    split_pools,
+    two_clusters,
+)
 from faultfleet.imagebench.pool import ImagePool
 from faultfleet.imagebench.splits import (
     DEFAULT_FRACTIONS,
@@ -58,125 +68,11 @@ from faultfleet.imagebench.splits import (
     check_count,
     check_fractions,
     client_ids,
-    equal_parts,
     federation,
-    make_client,
-    pool_metadata,
-    require_samples,
-    split_sizes,
     subsample,
 )
-from faultfleet.types import Float64Array, FloatArray, IntArray
+from faultfleet.types import Float64Array, FloatArray
 from signal_pipeline.federation import ClientData, Dataset, Federation
-
-
-def _two_clusters(n_devices: int) -> int:
-    """Devices per cluster; ``n_devices`` must be even and at least 2."""
-    check_count("n_devices", n_devices, minimum=2)
-    if n_devices % 2:
-        raise ValueError(
-            f"n_devices must be even (two equal clusters), got {n_devices}; use e.g. "
-            f"{n_devices + 1}"
-        )
-    return n_devices // 2
-
-
-def _split_among(
-    indices: IntArray, n_devices: int, rng: np.random.Generator, what: str
-) -> list[IntArray]:
-    """``indices`` split equally and at random among ``n_devices`` of >= 2 samples each."""
-    require_samples(
-        2 * n_devices,
-        len(indices),
-        f"{what} (2 samples, 1 train and 1 test, for each of {n_devices} devices)",
-        "lower n_devices or raise data_fraction",
-    )
-    return equal_parts(indices, n_devices, rng)
-
-
-def _clients(
-    pool: ImagePool,
-    parts: list[IntArray],
-    group: int,
-    n_devices: int,
-    rng: np.random.Generator,
-    fractions: Fractions,
-    labels: IntArray | None = None,
-) -> list[ClientData]:
-    """The devices of cluster ``group`` (of ``n_devices`` in all) holding ``parts``.
-
-    Cluster 0 takes the first ids, cluster 1 the rest; ``labels`` maps pool labels.
-    """
-    first = group * (n_devices // 2)
-    ids = client_ids(n_devices)[first : first + len(parts)]
-    lookup = np.arange(pool.n_classes, dtype=np.int64) if labels is None else labels
-    return [
-        make_client(cid, group, pool.x[idx], lookup[pool.y[idx]], rng, fractions)
-        for cid, idx in zip(ids, parts, strict=True)
-    ]
-
-
-def _split_pools(
-    used: IntArray, fractions: Fractions, rng: np.random.Generator
-) -> tuple[IntArray, IntArray, IntArray]:
-    """``used`` cut once, at random, into train / val / test pools by ``fractions``.
-
-    S2 and A2 give cluster 1 samples cluster 0 also holds; drawing both clusters' splits
-    from these pools keeps every sample in one split, so no test or validation image of one
-    cluster is a training image of the other.
-    """
-    order = rng.permutation(used)
-    n_train, n_val, _ = split_sizes(len(order), fractions)
-    train, val, test = np.split(order, [n_train, n_train + n_val])
-    return train, val, test
-
-
-def _pooled_clients(
-    pool: ImagePool,
-    pools: tuple[IntArray, IntArray, IntArray],
-    group: int,
-    n_devices: int,
-    rng: np.random.Generator,
-    what: str,
-    labels: IntArray | None = None,
-) -> list[ClientData]:
-    """The devices of cluster ``group``: each split pool cut equally and at random."""
-    half = n_devices // 2
-    for name, split in zip(("training", "test"), (pools[0], pools[2]), strict=True):
-        require_samples(
-            half,
-            len(split),
-            f"{what} {name} samples (1 for each of {half} devices)",
-            "lower n_devices or raise data_fraction",
-        )
-    parts = [equal_parts(split, half, rng) for split in pools]
-    lookup = np.arange(pool.n_classes, dtype=np.int64) if labels is None else labels
-    ids = client_ids(n_devices)[group * half : (group + 1) * half]
-    return [
-        ClientData(
-            cid,
-            group,
-            *(Dataset(pool.x[p[k]], lookup[pool.y[p[k]]]) for p in parts),
-        )
-        for k, cid in enumerate(ids)
-    ]
-
-
-def _metadata(
-    builder: str,
-    pool: ImagePool,
-    seed: int,
-    fractions: Fractions,
-    n_devices: int,
-    data_fraction: float,
-    groups: list[dict[str, object]],
-) -> dict[str, object]:
-    """Metadata of a FAACL partition: pool, seed and parameters, then one entry per group."""
-    return pool_metadata(builder, pool, seed, fractions) | {
-        "n_devices": n_devices,
-        "data_fraction": float(data_fraction),
-        "groups": groups,
-    }
 
 
 def s0_iid(
@@ -207,10 +103,12 @@ def s0_iid(
     fractions = check_fractions(fractions)
     rng = builder_rng(seed, "faacl-s0")
     used = subsample(len(pool), data_fraction, rng)
-    parts = _split_among(used, n_devices, rng, "s0_iid")
-    clients = _clients(pool, parts, 0, n_devices, rng, fractions)
+    parts = split_among(used, n_devices, rng, "s0_iid")
+    clients = cluster_clients(pool, parts, 0, n_devices, rng, fractions)
     groups: list[dict[str, object]] = [{"group": 0, "devices": n_devices, "data": "IID share"}]
-    metadata = _metadata("faacl-s0", pool, seed, fractions, n_devices, data_fraction, groups)
+    metadata = partition_metadata(
+        "faacl-s0", pool, seed, fractions, n_devices, data_fraction, groups
+    )
     return federation("faacl-s0", clients, pool, metadata)
 
 
@@ -226,7 +124,7 @@ def s1_label_ranges(
 
     Parameters and return value as :func:`s0_iid`; ``faacl-s1``, group = cluster.
     """
-    half = _two_clusters(n_devices)
+    half = two_clusters(n_devices)
     fractions = check_fractions(fractions)
     if pool.n_classes < 2:
         raise ValueError(f"s1_label_ranges needs at least 2 classes, the pool has {pool.n_classes}")
@@ -238,12 +136,14 @@ def s1_label_ranges(
     for cluster, labels in enumerate(ranges):
         mine = used[np.isin(pool.y[used], labels)]
         what = f"cluster {cluster} (classes {labels[0]}-{labels[-1]})"
-        parts = _split_among(mine, half, rng, what)
-        clients += _clients(pool, parts, cluster, n_devices, rng, fractions)
+        parts = split_among(mine, half, rng, what)
+        clients += cluster_clients(pool, parts, cluster, n_devices, rng, fractions)
     groups: list[dict[str, object]] = [
         {"group": g, "devices": half, "labels": labels} for g, labels in enumerate(ranges)
     ]
-    metadata = _metadata("faacl-s1", pool, seed, fractions, n_devices, data_fraction, groups)
+    metadata = partition_metadata(
+        "faacl-s1", pool, seed, fractions, n_devices, data_fraction, groups
+    )
     return federation("faacl-s1", clients, pool, metadata)
 
 
@@ -259,19 +159,21 @@ def s2_shifted_labels(
 
     Parameters and return value as :func:`s0_iid`; ``faacl-s2``, group = cluster.
     """
-    half = _two_clusters(n_devices)
+    half = two_clusters(n_devices)
     fractions = check_fractions(fractions)
     rng = builder_rng(seed, "faacl-s2")
     used = subsample(len(pool), data_fraction, rng)
     shift = (np.arange(pool.n_classes, dtype=np.int64) + 1) % pool.n_classes
-    pools = _split_pools(used, fractions, rng)
-    clients = _pooled_clients(pool, pools, 0, n_devices, rng, "cluster 0")
-    clients += _pooled_clients(pool, pools, 1, n_devices, rng, "cluster 1", labels=shift)
+    pools = split_pools(used, fractions, rng)
+    clients = pooled_clients(pool, pools, 0, n_devices, rng, "cluster 0")
+    clients += pooled_clients(pool, pools, 1, n_devices, rng, "cluster 1", labels=shift)
     groups: list[dict[str, object]] = [
         {"group": 0, "devices": half, "labels": "as in the pool"},
         {"group": 1, "devices": half, "labels": "shifted: y -> (y + 1) mod n_classes"},
     ]
-    metadata = _metadata("faacl-s2", pool, seed, fractions, n_devices, data_fraction, groups)
+    metadata = partition_metadata(
+        "faacl-s2", pool, seed, fractions, n_devices, data_fraction, groups
+    )
     return federation("faacl-s2", clients, pool, metadata)
 
 
@@ -323,7 +225,7 @@ def a1_noisy(
     Federation
         ``faacl-a1``, group = cluster.
     """
-    half = _two_clusters(n_devices)
+    half = two_clusters(n_devices)
     fractions = check_fractions(fractions)
     if gaussian_variance < 0:
         raise ValueError(f"gaussian_variance must be >= 0, got {gaussian_variance}")
@@ -334,7 +236,9 @@ def a1_noisy(
         raise ValueError(f"salt_pepper_density must be in [0, 1], got {salt_pepper_density}")
     rng = builder_rng(seed, "faacl-a1")
     used = subsample(len(pool), data_fraction, rng)
-    clean = _clients(pool, _split_among(used, half, rng, "a1_noisy"), 0, n_devices, rng, fractions)
+    clean = cluster_clients(
+        pool, split_among(used, half, rng, "a1_noisy"), 0, n_devices, rng, fractions
+    )
 
     def noisy(client: ClientData, client_id: str) -> ClientData:
         def add_noise(_: str, data: Dataset) -> Dataset:
@@ -356,7 +260,9 @@ def a1_noisy(
             "salt_pepper_density": float(salt_pepper_density),
         },
     ]
-    metadata = _metadata("faacl-a1", pool, seed, fractions, n_devices, data_fraction, groups)
+    metadata = partition_metadata(
+        "faacl-a1", pool, seed, fractions, n_devices, data_fraction, groups
+    )
     return federation("faacl-a1", clients, pool, metadata)
 
 
@@ -387,7 +293,7 @@ def a2_scarce(
     Federation
         ``faacl-a2``, group = cluster; ``n_classes`` stays the pool's.
     """
-    half = _two_clusters(n_devices)
+    half = two_clusters(n_devices)
     fractions = check_fractions(fractions)
     if not 0.0 < scarce_fraction <= 1.0:
         raise ValueError(f"scarce_fraction must be in (0, 1], got {scarce_fraction}")
@@ -399,8 +305,8 @@ def a2_scarce(
         )
     rng = builder_rng(seed, "faacl-a2")
     used = subsample(len(pool), data_fraction, rng)
-    pools = _split_pools(used, fractions, rng)
-    clients = _pooled_clients(pool, pools, 0, n_devices, rng, "cluster 0")
+    pools = split_pools(used, fractions, rng)
+    clients = pooled_clients(pool, pools, 0, n_devices, rng, "cluster 0")
     scarce_pools = (
         rng.choice(split, size=round(scarce_fraction * len(split)), replace=False)
         for split in pools
@@ -409,7 +315,7 @@ def a2_scarce(
     scarce = np.concatenate([train, val, test])
     merge = np.arange(pool.n_classes, dtype=np.int64)
     merge[list(merged_labels)] = merged_into
-    clients += _pooled_clients(
+    clients += pooled_clients(
         pool, (train, val, test), 1, n_devices, rng, "cluster 1 (scarce_fraction)", merge
     )
     groups: list[dict[str, object]] = [
@@ -423,5 +329,7 @@ def a2_scarce(
             "merged_into": int(merged_into),
         },
     ]
-    metadata = _metadata("faacl-a2", pool, seed, fractions, n_devices, data_fraction, groups)
+    metadata = partition_metadata(
+        "faacl-a2", pool, seed, fractions, n_devices, data_fraction, groups
+    )
     return federation("faacl-a2", clients, pool, metadata)

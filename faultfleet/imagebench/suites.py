@@ -55,7 +55,7 @@ class BenchScenario:
     title : str
         Heading of the scenario's table.
     builder : str
-        Federation builder, a key of :data:`faultfleet.imagebench.bench.BUILDERS`.
+        Federation builder, a key of :data:`faultfleet.imagebench.cells.BUILDERS`.
     builder_options : mapping
         Keyword arguments of the builder besides the pool and the seed.
     dataset : str

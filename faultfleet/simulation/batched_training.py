@@ -11,7 +11,7 @@ rows at once.
 
 Clients hold different numbers of samples, hence different numbers of steps. They run in
 lockstep: at step s every client takes the s-th batch of its own
-:func:`~edge_agent.training.batch_schedule`, padded to a common size with a sample mask
+:func:`~edge_agent.batching.batch_schedule`, padded to a common size with a sample mask
 (loss = Σ mask·ce / Σ mask, which equals the mean over the real samples). Clients are
 ordered longest schedule first, so those with a batch left at step s are a prefix of the
 stack and the step computes and updates that prefix only: a finished client's parameters
@@ -28,15 +28,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from edge_agent.training import (
-    Evaluation,
-    LocalUpdate,
-    batch_schedule,
-    evaluate,
-    host_tensor,
-    proximal_pull,
-    select_device,
-)
+from edge_agent.batching import batch_schedule, host_tensor, select_device
+from edge_agent.evaluation import Evaluation, evaluate
+from edge_agent.optimisation import proximal_pull
+from edge_agent.training import LocalUpdate
 from faultfleet.models.weights import parameter_count, split_weights
 from faultfleet.simulation.stacked_forward import StepFunction, stacked_step_function
 from faultfleet.simulation.stacked_optim import StackedOptimizer

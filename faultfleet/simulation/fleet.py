@@ -10,7 +10,7 @@ clients come back as :class:`~faultfleet.tasks.Failure` entries, as over MQTT.
 
 It is also a :class:`~coordinator.fleet.ProbingFleet`: losses probes pool the clients that
 share a model like evaluations do, and gradient probes run the reference primitives
-(:func:`~edge_agent.training.minibatch`, :func:`~edge_agent.training.loss_and_gradient`)
+(:func:`~edge_agent.batching.minibatch`, :func:`~edge_agent.evaluation.loss_and_gradient`)
 client by client, model by model.
 """
 
@@ -22,14 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from edge_agent.training import (
-    LocalUpdate,
-    local_update,
-    loss_and_gradient,
-    lowest_loss_key,
-    minibatch,
-    select_device,
-)
+from edge_agent.batching import minibatch, select_device
+from edge_agent.evaluation import loss_and_gradient, lowest_loss_key
+from edge_agent.training import LocalUpdate, local_update
 from faultfleet.simulation.batched_training import batched_evaluate, batched_local_update
 from faultfleet.tasks import (
     EvaluateOutcome,
@@ -182,7 +177,7 @@ class InProcessFleet:
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
         """Losses of every task's models on its split; ``server_round`` is not needed.
 
-        Every (task, model) pair is one :func:`~edge_agent.training.evaluate` request, and
+        Every (task, model) pair is one :func:`~edge_agent.evaluation.evaluate` request, and
         requests for equal weights are pooled
         (:func:`~faultfleet.simulation.batched_training.batched_evaluate`): K cluster models
         sent to every client cost K passes. ``bytes_down`` counts every weight array of

@@ -24,7 +24,7 @@ from coordinator.engine import RoundEngine
 from coordinator.state import has_state, load_state, save_state
 from coordinator.strategies.base import ModelFactory
 from coordinator.strategies.registry import make_strategy
-from edge_agent.training import select_device
+from edge_agent.batching import select_device
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.scoring import clustering_scores, mean_client_accuracy

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from edge_agent.training import evaluate, loss_and_gradient, minibatch, per_sample_losses
+from edge_agent.batching import minibatch
+from edge_agent.evaluation import evaluate, loss_and_gradient, per_sample_losses
 from faultfleet.models.mlp import Mlp
 from faultfleet.models.weights import flatten_weights, split_weights
 from faultfleet.tasks import GradientTask

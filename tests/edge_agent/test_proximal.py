@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from edge_agent.training import local_update, proximal_pull
+from edge_agent.optimisation import proximal_pull
+from edge_agent.training import local_update
 from faultfleet.models.weights import embedding_mask, flatten_weights
 from faultfleet.simulation.batched_training import batched_local_update
 from faultfleet.tasks import Proximal, TrainConfig

@@ -1,7 +1,8 @@
 """Tests of the agent's task runner with real torch on a tiny dataset.
 
-The agent's answer must equal the in-process computation of :mod:`edge_agent.training` with
-the same weights and seed: the wire adds no numerical difference of its own.
+The agent's answer must equal the in-process computation of :mod:`edge_agent.training` and
+:mod:`edge_agent.evaluation` with the same weights and seed: the wire adds no numerical
+difference of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import pytest
 import torch
 from safetensors.numpy import load as load_safetensors
 
-from edge_agent.training import choose_model, evaluate, local_update
+from edge_agent.evaluation import choose_model, evaluate
+from edge_agent.training import local_update
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import Split
 from faultfleet.wire.codec import (

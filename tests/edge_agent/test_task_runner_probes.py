@@ -1,8 +1,8 @@
 """Tests of the task runner's probes (losses, gradient) and proximal fit terms.
 
 As for fit and evaluate, an answer must equal the reference primitive of
-:mod:`edge_agent.training` on the same weights, data and seed; float16 only rounds what
-travels.
+:mod:`edge_agent.training` or :mod:`edge_agent.evaluation` on the same weights, data and
+seed; float16 only rounds what travels.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from edge_agent.training import evaluate, local_update, loss_and_gradient, minibatch
+from edge_agent.batching import minibatch
+from edge_agent.evaluation import evaluate, loss_and_gradient
+from edge_agent.training import local_update
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import ModelPart, Proximal, Split
 from faultfleet.types import FloatArray

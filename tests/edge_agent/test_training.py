@@ -11,15 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from edge_agent.training import (
-    Evaluation,
-    batch_schedule,
-    choose_model,
-    evaluate,
-    local_update,
-    lowest_loss_key,
-    select_device,
-)
+from edge_agent.batching import batch_schedule, select_device
+from edge_agent.evaluation import Evaluation, choose_model, evaluate, lowest_loss_key
+from edge_agent.training import local_update
 from faultfleet.models.weights import flatten_weights, load_weights
 from faultfleet.tasks import TrainConfig
 from faultfleet.types import FloatArray

@@ -1,7 +1,8 @@
-"""Tests for faultfleet.imagebench.bench and .report on scikit-learn's 8×8 digits.
+"""Tests for faultfleet.imagebench.bench, .cells, .centralized and .report.
 
-A tiny Rotated federation (8 clients, two rotations) with three rounds keeps every cell
-under a second; the real suites are exercised by ``test_cli_bench.py``.
+On scikit-learn's 8×8 digits: a tiny Rotated federation (8 clients, two rotations) with
+three rounds keeps every cell under a second; the real suites are exercised by
+``test_cli_bench.py``.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from typing import Any
 import pytest
 
 from faultfleet.imagebench import bench
-from faultfleet.imagebench.bench import (
+from faultfleet.imagebench.bench import CellError, run_cells
+from faultfleet.imagebench.cells import (
+    BUILDERS,
     Cell,
-    CellError,
+    builder_options,
     cell_config,
-    centralized_epochs,
     check_cells,
+    check_method,
     plan_cells,
-    run_cells,
 )
+from faultfleet.imagebench.centralized import centralized_epochs
 from faultfleet.imagebench.report import (
     draw,
     group_documents,
@@ -217,10 +220,10 @@ def test_mean_curve_keeps_rounds_every_seed_has() -> None:
 def test_every_suite_names_known_methods_builders_and_options() -> None:
     for suite in SUITES.values():
         for scenario in suite.scenarios:
-            signature = inspect.signature(bench.BUILDERS[scenario.builder])
+            signature = inspect.signature(BUILDERS[scenario.builder])
             signature.bind("pool", 0, **scenario.builder_options)  # a misspelt option raises
             for method in scenario.methods:
-                bench.check_method(method)
+                check_method(method)
             json.dumps(scenario.to_json())
 
 
@@ -229,7 +232,7 @@ def test_a_changed_builder_default_is_noticed(
 ) -> None:
     # Prepare: a cell written by the rotated builder as it is
     run_cells(cells(tmp_path, methods=["fedavg"]))
-    original = bench.BUILDERS["rotated"]
+    original = BUILDERS["rotated"]
 
     def rotated_with_other_fractions(
         pool: Any,
@@ -249,7 +252,7 @@ def test_a_changed_builder_default_is_noticed(
             fractions=fractions,
         )
 
-    monkeypatch.setitem(bench.BUILDERS, "rotated", rotated_with_other_fractions)
+    monkeypatch.setitem(BUILDERS, "rotated", rotated_with_other_fractions)
     # Execute / Assert: same scenario options, another default
     with pytest.raises(ValueError, match="written with other settings"):
         run_cells(cells(tmp_path, methods=["fedavg"]))
@@ -258,4 +261,4 @@ def test_a_changed_builder_default_is_noticed(
 def test_an_option_the_builder_lacks_is_named() -> None:
     scenario = replace(TINY, builder_options={"n_clients": 8, "rotation": [[0, 8]]})
     with pytest.raises(ValueError, match="builder 'rotated' has no option rotation"):
-        bench.builder_options(scenario)
+        builder_options(scenario)

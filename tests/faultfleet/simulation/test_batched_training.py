@@ -7,7 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from edge_agent.training import LocalUpdate, batch_schedule, evaluate, local_update
+from edge_agent.batching import batch_schedule
+from edge_agent.evaluation import evaluate
+from edge_agent.training import LocalUpdate, local_update
 from faultfleet.models.weights import flatten_weights
 from faultfleet.simulation.batched_training import (
     LockstepPlan,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from coordinator.fleet import ProbingFleet
-from edge_agent.training import loss_and_gradient, minibatch, per_sample_losses
+from edge_agent.batching import minibatch
+from edge_agent.evaluation import loss_and_gradient, per_sample_losses
 from faultfleet.models.weights import flatten_weights
 from faultfleet.simulation.fleet import InProcessFleet
 from faultfleet.tasks import GradientTask, LossesTask, Split

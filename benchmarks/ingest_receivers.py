@@ -1,0 +1,210 @@
+"""The receivers ``bench_ingest.py`` times: raw ``mosquitto_sub``, bare paho and ``MqttFleet``.
+
+Each function delivers one frame per agent of a :class:`Workload` from the publisher
+process (:mod:`ingest_publisher`) to one receiver and returns a :class:`Run`: the time from
+the publisher's first publish to the receiver's last message. :class:`TimedFleet` and
+:class:`TimedJournal` are the real coordinator classes with clocks on their handler and
+journal writes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ingest_publisher import TOPICS, WAIT_S, expect
+
+from coordinator.journal import RoundJournal
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.mqtt_fleet import MqttFleet
+from coordinator.presence import AgentRegistry
+from faultfleet.tasks import FitTask, TrainConfig
+from faultfleet.types import FloatArray
+from faultfleet.wire.broker import RunningBroker
+from faultfleet.wire.messages import AgentStatus, ModelSpec, TensorEncoding
+from faultfleet.wire.mqtt import MqttConnection
+from faultfleet.wire.settings import BrokerSettings
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured delivery of N updates."""
+
+    seconds: float
+    """First publish to last message received, seconds."""
+    publisher_seconds: float
+    """First publish to the publisher's last PUBACK, seconds."""
+    frame_bytes: int
+    handler_seconds: float = float("nan")
+    """Time spent in ``on_answer`` over all updates, seconds."""
+    journal_seconds: float = float("nan")
+    """Time spent in ``RoundJournal.record`` over all updates, seconds."""
+
+
+class TimedJournal(RoundJournal):
+    """A journal that adds up the time of its writes; ``enabled=False`` writes nothing."""
+
+    def __init__(self, directory: Path, *, enabled: bool = True) -> None:
+        super().__init__(directory)
+        self.enabled = enabled
+        self.seconds = 0.0
+
+    def record_many(self, entries: Sequence[tuple[str, str, bytes]]) -> None:
+        started = time.perf_counter()
+        if self.enabled:
+            super().record_many(entries)
+        self.seconds += time.perf_counter() - started
+
+
+class TimedFleet(MqttFleet):
+    """The real fleet, adding up the time its network-thread handler takes."""
+
+    handler_seconds = 0.0
+    last_answer_at = 0.0
+    """Unix time the last update was accepted (journaled and counted)."""
+
+    def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
+        started = time.perf_counter()
+        super().on_answer(topic, payload, journal=journal)
+        self.handler_seconds += time.perf_counter() - started
+        self.last_answer_at = max(self.last_answer_at, time.time())
+
+    def _settle(self, writes: Sequence[Any]) -> None:
+        super()._settle(writes)
+        self.last_answer_at = time.time()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """N updates of one model: who answers, with what, through which broker."""
+
+    broker: RunningBroker
+    pipe: Connection
+    agents: list[str]
+    command: tuple[Any, ...]
+    """``(body_path, dtype, compression, agents)`` for the publisher."""
+    model: ModelSpec
+    weights: FloatArray
+    """The task's (global) weights, shape (n_params,)."""
+    encoding: TensorEncoding
+
+
+def raw_run(work: Workload) -> Run:
+    """Deliver one frame per agent to ``mosquitto_sub``; time until its last receipt."""
+    broker, n = work.broker, len(work.agents)
+    log_path = broker.workdir / "mosquitto_sub.out"
+    # Line-buffered, so that the SUBACK line shows before the first message arrives.
+    argv = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+    argv += ["mosquitto_sub", "-h", broker.host, "-p", str(broker.port), "-q", "1"]
+    argv += ["-C", str(n), "-t", TOPICS.all_results(), "-i", "bench-ingest-raw"]
+    argv += ["-d", "-F", "%U"]  # -d shows the SUBACK; %U prints the receipt time, not the payload
+    with log_path.open("wb") as output:
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while b"SUBACK" not in log_path.read_bytes():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mosquitto_sub did not subscribe: {log_path.read_text()!r}")
+            time.sleep(0.01)
+        work.pipe.send(("run", "raw", *work.command))
+        process.wait(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    _, started, acked, frame_bytes = expect(work.pipe, "done")
+    stamps = [line for line in log_path.read_text().splitlines() if line[:1].isdigit()]
+    return Run(float(stamps[-1]) - started, acked - started, frame_bytes)
+
+
+def paho_run(work: Workload) -> Run:
+    """Deliver one frame per agent to a bare ``MqttConnection`` whose handler only counts.
+
+    The ceiling of any receiver built on paho on this machine: what is left between it and
+    ``mosquitto_sub`` is paho's pure-Python receive loop, not the coordinator's work.
+    """
+    n = len(work.agents)
+    received = threading.Event()
+    count = 0
+    last = 0.0
+
+    def on_result(topic: str, payload: bytes) -> None:
+        nonlocal count, last
+        count += 1
+        last = time.time()
+        if count == n:
+            received.set()
+
+    settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
+    connection = MqttConnection(client_id="bench-ingest-paho", settings=settings)
+    connection.route(TOPICS.all_results(), on_result)
+    connection.start()
+    try:
+        if not (connection.wait_connected(30) and connection.wait_subscribed(30)):
+            raise RuntimeError(f"paho receiver could not subscribe on {connection.broker_address}")
+        work.pipe.send(("run", "raw", *work.command))
+        if not received.wait(WAIT_S):
+            raise TimeoutError(f"paho receiver got {count} of {n} messages")
+        _, started, acked, frame_bytes = expect(work.pipe, "done")
+    finally:
+        connection.stop()
+    return Run(last - started, acked - started, frame_bytes)
+
+
+def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run:
+    """One round of ``MqttFleet.fit`` over the agents, on a fresh coordinator connection."""
+    settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
+    connection = MqttConnection(client_id="bench-ingest-coordinator", settings=settings)
+    registry = AgentRegistry()
+    for agent in work.agents:
+        registry.update(
+            AgentStatus(agent_id=agent, state="online", can_train=True, num_train_samples=100)
+        )
+    fleet = TimedFleet(
+        connection,
+        TOPICS,
+        registry,
+        work.agents,
+        run_id="bench-ingest",
+        model=work.model,
+        n_params=len(work.weights),
+        encoding=work.encoding,
+        deadline_s=WAIT_S,
+        min_quorum=len(work.agents),
+        journal=journal,
+        metrics=CoordinatorMetrics(),
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+    tasks = [
+        FitTask(agent, {"global": work.weights}, TrainConfig(), seed=i)
+        for i, agent in enumerate(work.agents)
+    ]
+    connection.start()
+    try:
+        if not (connection.wait_connected(30) and connection.wait_subscribed(30)):
+            raise RuntimeError(f"coordinator could not subscribe on {connection.broker_address}")
+        journal.seconds = 0.0
+        fleet.begin_round(server_round, replay=False)
+        work.pipe.send(("run", "agents", *work.command))
+        expect(work.pipe, "ready")
+        outcome = fleet.fit(server_round, tasks)
+        fleet.end_round()
+        _, started, acked, frame_bytes = expect(work.pipe, "done")
+    finally:
+        connection.stop()
+    if len(outcome.results) != len(tasks):
+        raise RuntimeError(f"only {len(outcome.results)} of {len(tasks)} updates were accepted")
+    return Run(
+        fleet.last_answer_at - started,
+        acked - started,
+        frame_bytes,
+        fleet.handler_seconds,
+        journal.seconds,
+    )
