@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from coordinator.engine import MembershipError
 from faultfleet import __version__
 from faultfleet.cli_bench import add_bench_command
 from faultfleet.cli_demo import add_demo_command
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         status: int = args.handler(args)
-    except (RecordingError, ValueError, OSError) as exc:
+    except (RecordingError, ValueError, OSError, MembershipError) as exc:
         logger.debug("command failed", exc_info=True)
         print(f"faultfleet: error: {exc}", file=sys.stderr)
         return USAGE_ERROR

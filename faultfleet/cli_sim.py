@@ -24,6 +24,7 @@ from faultfleet.cli_signals import machine_progress
 from faultfleet.files import atomic_write
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.simulation.config import PROFILES, SCENARIOS, SimConfig, profile
+from faultfleet.simulation.membership import refuse_fixed_membership
 from faultfleet.simulation.plots import plot_accuracy, plot_clusters
 from faultfleet.simulation.runner import (
     RoundRecord,
@@ -81,6 +82,23 @@ def add_sim_command(commands: Any) -> None:
     sim.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto")
     sim.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's)")
     sim.add_argument(
+        "--join",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="ID@ROUND",
+        help="machine ID joins before round ROUND and is no member before, e.g. m05@10 "
+        "(faacl and fedavg only)",
+    )
+    sim.add_argument(
+        "--leave",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="ID@ROUND",
+        help="machine ID leaves for good before round ROUND, e.g. m02@20 (faacl and fedavg only)",
+    )
+    sim.add_argument(
         "--resume",
         action="store_true",
         help="continue an interrupted run from OUT/checkpoint (same options)",
@@ -110,6 +128,21 @@ def parse_option(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def parse_member_round(text: str, option: str = "--join") -> tuple[str, int]:
+    """``"m05@10"`` → ``("m05", 10)``: a machine and the round before which it joins or
+    leaves (``option`` names the flag in errors)."""
+    client, sep, raw = text.rpartition("@")
+    if not sep or not client.strip() or not raw.strip():
+        raise ValueError(f"{option} {text!r}: expected ID@ROUND, e.g. m05@10")
+    try:
+        server_round = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"{option} {text!r}: ROUND must be a whole number, expected ID@ROUND, e.g. m05@10"
+        ) from None
+    return client.strip(), server_round
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """The run's settings: the profile, then every option given."""
     base = PROFILES[args.profile]
@@ -135,6 +168,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         device=args.device,
         train=train,
         strategy_options=dict(parse_option(o) for o in args.option),
+        joins=tuple(parse_member_round(j, "--join") for j in args.join) or None,
+        leaves=tuple(parse_member_round(e, "--leave") for e in args.leave) or None,
     )
 
 
@@ -151,16 +186,26 @@ def run_with_progress(
 
     Checkpoints go to ``out/checkpoint`` unless ``checkpoint`` is false.
     """
+    scheduled = bool(config.joins or config.leaves)
     with tqdm(total=config.rounds, desc=label, unit="round", file=sys.stderr, disable=None) as bar:
 
         def show(record: RoundRecord) -> None:
             bar.update(record.round - bar.n)
-            if record.accuracy is not None:
-                bar.set_postfix(
-                    acc=f"{record.accuracy:.3f}",
-                    clusters=record.num_clusters,
-                    ari=f"{record.ari:.2f}",
+            change = membership_change(config, record.round)
+            if change:
+                bar.write(
+                    f"{label}: before round {record.round}: {change} ({record.members} members)",
+                    file=sys.stderr,
                 )
+            if record.accuracy is not None:
+                postfix: dict[str, object] = {
+                    "acc": f"{record.accuracy:.3f}",
+                    "clusters": record.num_clusters,
+                    "ari": f"{record.ari:.2f}",
+                }
+                if scheduled:
+                    postfix["members"] = record.members
+                bar.set_postfix(postfix)
 
         result = run_simulation(
             config,
@@ -171,6 +216,15 @@ def run_with_progress(
         )
     write_json(out / "results.json", result.to_json())
     return result
+
+
+def membership_change(config: SimConfig, server_round: int) -> str:
+    """Who joined and who left before ``server_round`` ("" if nobody), for the progress."""
+    joined = [client for client, r in config.joins if r == server_round]
+    left = [client for client, r in config.leaves if r == server_round]
+    parts = [f"{', '.join(joined)} joined"] if joined else []
+    parts += [f"{', '.join(left)} left"] if left else []
+    return "; ".join(parts)
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
@@ -189,6 +243,9 @@ def run_sim(args: argparse.Namespace) -> int:
     compare = args.compare or ("none" if config.strategy == "fedavg" else "fedavg")
     if compare != "none" and compare not in STRATEGIES:
         raise ValueError(f"--compare {compare!r}: choose one of {', '.join(sorted(STRATEGIES))}")
+    refuse_fixed_membership(config.strategy, config.joins, config.leaves)
+    if compare != "none":
+        refuse_fixed_membership(compare, config.joins, config.leaves)
     with machine_progress(config.clients_per_group * 6) as advance:
         federation = build_federation(config, progress=advance)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,7 @@ def run_centralized(
         train_loss=float(np.mean(losses)),
         answered=len(federation.clients),
         failures=0,
+        members=len(federation.clients),
     )
     return SimResult(
         config=config,

@@ -8,9 +8,11 @@ two CPU cores, for trying things out and for ``make demo``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from faultfleet.simulation.membership import Schedule, check_schedule
 from faultfleet.tasks import TrainConfig
 
 SCENARIOS = ("mixed-fault", "quality-skew", "quantity-skew", "overlapping-labels")
@@ -40,6 +42,11 @@ class SimConfig:
     eval_every: int = 1
     """Evaluate every client on its test split after every ``eval_every`` rounds (and last)."""
     device: str = "auto"
+    joins: Schedule = ()
+    """(client id, round): the machine joins before that round and is no member before it
+    (:mod:`faultfleet.simulation.membership`; FAACL and FedAvg only)."""
+    leaves: Schedule = ()
+    """(client id, round): the machine leaves for good before that round."""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS and not self.scenario.startswith(IMAGE_PREFIX):
@@ -56,12 +63,34 @@ class SimConfig:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        check_schedule(self.joins, self.leaves, self.rounds)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready copy (tuples become lists)."""
+        """A JSON-ready copy (tuples become lists); :meth:`from_json` reads it back.
+
+        An empty ``joins`` or ``leaves`` is left out, so the document of a run without
+        membership changes is the one written before schedules existed (checkpoints and
+        results written then still match their settings).
+        """
         data = asdict(self)
         data["windows_per_client"] = list(self.windows_per_client)
+        for name in ("joins", "leaves"):
+            entries: Schedule = data.pop(name)
+            if entries:
+                data[name] = [[client, server_round] for client, server_round in entries]
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SimConfig:
+        """The settings :meth:`to_json` wrote (a missing ``joins``/``leaves`` is empty)."""
+        values = dict(data)
+        values["train"] = TrainConfig(**values.get("train", {}))
+        if "windows_per_client" in values:
+            low, high = values["windows_per_client"]
+            values["windows_per_client"] = (low, high)
+        for name in ("joins", "leaves"):
+            values[name] = tuple(tuple(entry) for entry in values.get(name, ()))
+        return cls(**values)
 
 
 PROFILES: dict[str, SimConfig] = {

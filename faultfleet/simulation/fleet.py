@@ -6,7 +6,8 @@ update — but computes them in this process: a round's local updates run as one
 computation (:func:`~faultfleet.simulation.batched_training.batched_local_update`) and
 evaluations pool the clients that share a model
 (:func:`~faultfleet.simulation.batched_training.batched_evaluate`). Offline or unknown
-clients come back as :class:`~faultfleet.tasks.Failure` entries, as over MQTT.
+clients, and clients that are not members (:meth:`InProcessFleet.set_clients`), come back
+as :class:`~faultfleet.tasks.Failure` entries, as over MQTT.
 
 It is also a :class:`~coordinator.fleet.ProbingFleet`: losses probes pool the clients that
 share a model like evaluations do, and gradient probes run the reference primitives
@@ -56,7 +57,8 @@ class InProcessFleet:
     Parameters
     ----------
     federation : Federation
-        Client datasets; every client is registered, in the federation's order.
+        Client datasets; every client is a member, in the federation's order, until
+        :meth:`set_clients` says otherwise.
     model : torch module
         The architecture of every task's weights; its own parameters are never used.
     device : torch.device, optional
@@ -88,26 +90,54 @@ class InProcessFleet:
         self.batched = batched
         self.max_group = max_group
         self._clients = {c.client_id: c for c in federation.clients}
+        self._members: frozenset[str] = frozenset(self._clients)
         self._offline: frozenset[str] = frozenset()
         self.set_offline(offline)
 
     def client_ids(self) -> list[str]:
-        """Every client of the federation, in its order."""
-        return [c.client_id for c in self.federation.clients]
+        """The members of the federation, in its order."""
+        return [c.client_id for c in self.federation.clients if c.client_id in self._members]
+
+    def set_clients(self, clients: Sequence[str]) -> None:
+        """The federation after machines joined or left, between rounds.
+
+        From now on :meth:`client_ids` and :meth:`available` cover only ``clients`` (still
+        in the federation's order, whatever the order given); tasks for any other client
+        come back as failures ("not a member").
+
+        Raises
+        ------
+        ValueError
+            An id is repeated or is not a client of the federation.
+        """
+        if len(set(clients)) != len(clients):
+            raise ValueError(f"members must be unique, got {list(clients)}")
+        unknown = self._unknown(clients)
+        if unknown:
+            raise ValueError(
+                f"cannot make unknown clients {unknown} members; the federation's clients "
+                f"are {list(self._clients)}"
+            )
+        self._members = frozenset(clients)
 
     def available(self) -> list[str]:
-        """Clients that are not offline, in the federation's order."""
+        """Members that are not offline, in the federation's order."""
         return [c for c in self.client_ids() if c not in self._offline]
 
     def set_offline(self, client_ids: Collection[str]) -> None:
-        """Make exactly ``client_ids`` offline (the others come back online)."""
-        unknown = sorted(set(client_ids) - self._clients.keys())
+        """Make exactly ``client_ids`` offline (the others come back online); any client
+        of the federation may be offline, member or not."""
+        unknown = self._unknown(client_ids)
         if unknown:
             raise ValueError(
                 f"cannot take unknown clients {unknown} offline; known clients are "
-                f"{self.client_ids()}"
+                f"{list(self._clients)}"
             )
         self._offline = frozenset(client_ids)
+
+    def _unknown(self, client_ids: Collection[str]) -> list[str]:
+        """The ids among ``client_ids`` that are not clients of the federation, sorted."""
+        return sorted(set(client_ids) - self._clients.keys())
 
     def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
         """Local updates for ``tasks``; ``server_round`` is not needed (seeds come in tasks).
@@ -251,8 +281,8 @@ class InProcessFleet:
     ) -> tuple[dict[int, ClientData], dict[int, Failure]]:
         """Split task positions into reachable clients and failures, both by position.
 
-        A task fails if its client is unknown or offline, if it carries no model, or if
-        ``problem(position, client)`` names a reason.
+        A task fails if its client is unknown, not a member or offline, if it carries no
+        model, or if ``problem(position, client)`` names a reason.
         """
         ready: dict[int, ClientData] = {}
         failures: dict[int, Failure] = {}
@@ -262,8 +292,10 @@ class InProcessFleet:
                 reason = f"unknown client: not in federation {self.federation.name!r}"
                 failures[position] = Failure(task.client_id, reason)
                 continue
-            if task.client_id in self._offline:
-                problem_found: str | None = "client is offline"
+            if task.client_id not in self._members:
+                problem_found: str | None = "client is not a member: it left or has not joined"
+            elif task.client_id in self._offline:
+                problem_found = "client is offline"
             elif not task.models:
                 problem_found = "task carries no model"
             else:

@@ -2,10 +2,12 @@
 
 The composition of a simulated run: build the federation, the model template, the strategy
 and an :class:`~faultfleet.simulation.fleet.InProcessFleet`; drive a
-:class:`~coordinator.engine.RoundEngine`; after each round evaluate every client on its
+:class:`~coordinator.engine.RoundEngine`; after each round evaluate every member on its
 test split with the model that serves it and score the clustering against the ground truth.
-Optionally checkpoint the engine (and the history so far) so a run can be resumed; a
-resumed run ends identical to an uninterrupted one.
+Before a round, machines join or leave as the settings' schedule says
+(:mod:`faultfleet.simulation.membership`). Optionally checkpoint the engine (and the
+history so far) so a run can be resumed; a resumed run ends identical to an uninterrupted
+one.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from coordinator.engine import RoundEngine
+from coordinator.engine import EvaluationReport, RoundEngine
 from coordinator.state import has_state, load_state, save_state
 from coordinator.strategies.base import ModelFactory
 from coordinator.strategies.registry import make_strategy
@@ -30,6 +32,12 @@ from faultfleet.models.zoo import build_model
 from faultfleet.scoring import clustering_scores, mean_client_accuracy
 from faultfleet.simulation.config import IMAGE_PREFIX, SimConfig
 from faultfleet.simulation.fleet import InProcessFleet
+from faultfleet.simulation.membership import (
+    MembershipSchedule,
+    apply_changes,
+    refuse_fixed_membership,
+    restore_members,
+)
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
 from signal_pipeline.overlap import overlapping_labels
@@ -58,6 +66,9 @@ class RoundRecord:
     answered: int
     failures: int
     strategy_metrics: dict[str, float] = field(default_factory=dict)
+    members: int = 0
+    """Members of the federation during the round; 0 in histories written before the
+    count was kept."""
 
 
 @dataclass
@@ -77,9 +88,14 @@ class SimResult:
         return {c.client_id: c.group for c in self.federation.clients}
 
     def final(self) -> dict[str, float | int]:
-        """Accuracy, clusters found, ARI and purity after the last round."""
-        scores = clustering_scores(self.true_groups, self.clusters)
-        accuracy = mean_client_accuracy(list(self.client_accuracy.values()))
+        """Accuracy, clusters found, ARI and purity after the last round (of its members).
+
+        The accuracy is nan if no member was evaluated (every model untrained).
+        """
+        members = {c: g for c, g in self.true_groups.items() if c in self.clusters}
+        scores = clustering_scores(members, self.clusters)
+        accuracies = list(self.client_accuracy.values())
+        accuracy = mean_client_accuracy(accuracies) if accuracies else float("nan")
         return {
             "accuracy": accuracy,
             "num_clusters": scores.num_clusters,
@@ -94,7 +110,7 @@ class SimResult:
             "strategy": self.config.strategy,
             "seed": self.config.seed,
             "config": self.config.to_json(),
-            "final": self.final(),
+            "final": _finite(self.final()),
             "clusters": self.clusters,
             "true_groups": self.true_groups,
             "client_accuracy": self.client_accuracy,
@@ -104,7 +120,7 @@ class SimResult:
         }
 
 
-def _finite(record: dict[str, Any]) -> dict[str, Any]:
+def _finite(record: Mapping[str, Any]) -> dict[str, Any]:
     """Replace nan by None so the document is strict JSON."""
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
@@ -152,10 +168,24 @@ def model_factory(
 
 
 def make_engine(config: SimConfig, federation: Federation) -> RoundEngine:
-    """Wire the strategy, the in-process fleet and the engine for ``config``."""
+    """Wire the strategy, the in-process fleet and the engine for ``config``.
+
+    The engine starts with the federation's clients less those that join later.
+
+    Raises
+    ------
+    MembershipError
+        ``config`` schedules joins or leaves for a strategy that keeps its clients.
+    ValueError
+        The schedule names a client the federation lacks, or leaves it without members.
+    """
+    refuse_fixed_membership(config.strategy, config.joins, config.leaves)
+    schedule = membership_schedule(config, federation)
     device = select_device(config.device)
     template = build_model(config.model, federation.sample_shape, federation.n_classes)
     fleet = InProcessFleet(federation, template, device=device)
+    if schedule:
+        fleet.set_clients(schedule.members(1))
     strategy = make_strategy(
         config.strategy, fraction=config.fraction, options=config.strategy_options
     )
@@ -165,6 +195,19 @@ def make_engine(config: SimConfig, federation: Federation) -> RoundEngine:
     return RoundEngine(
         strategy, fleet, model_factory=factory, train_config=config.train, seed=config.seed
     )
+
+
+def membership_schedule(config: SimConfig, federation: Federation) -> MembershipSchedule:
+    """``config``'s joins and leaves, checked against ``federation``'s clients."""
+    clients = [c.client_id for c in federation.clients]
+    return MembershipSchedule.plan(clients, config.joins, config.leaves)
+
+
+def evaluate_members(engine: RoundEngine) -> EvaluationReport | None:
+    """Evaluate the fleet's members whose model is ready (:meth:`~coordinator.strategies.
+    base.Strategy.model_ready`); None if there are none."""
+    ready = [c for c in engine.fleet.client_ids() if engine.strategy.model_ready(c)]
+    return engine.evaluate(client_ids=ready) if ready else None
 
 
 def run_simulation(
@@ -188,13 +231,15 @@ def run_simulation(
     checkpoint_dir : Path, optional
         Save the engine state and the history there after every round.
     resume : bool
-        Continue from the checkpoint in ``checkpoint_dir`` if there is one.
+        Continue from the checkpoint in ``checkpoint_dir`` if there is one; the fleet's
+        members are those the restored strategy holds, checked against the schedule.
     stop_after : int, optional
         Stop after this round (for tests of resumption); the result covers rounds so far.
     """
     start = clock()
     federation = federation or build_federation(config)
     engine = make_engine(config, federation)
+    schedule = membership_schedule(config, federation)
     history: list[RoundRecord] = []
     if resume and checkpoint_dir is not None and has_state(checkpoint_dir):
         state = load_state(checkpoint_dir)
@@ -205,6 +250,8 @@ def run_simulation(
                 "directory or the same options"
             )
         engine.restore(state)
+        if schedule:
+            restore_members(engine, schedule)
         history = [RoundRecord(**r) for r in saved.get("history", [])]
         logger.info("resumed from round %d", engine.server_round)
     true_groups = {c.client_id: c.group for c in federation.clients}
@@ -212,14 +259,16 @@ def run_simulation(
     accuracy_by_client: dict[str, float] = {}
     while engine.server_round < last:
         round_start = clock()
+        apply_changes(engine, schedule, engine.server_round + 1)
         report = engine.run_round()
         evaluate = report.server_round % config.eval_every == 0 or report.server_round == last
         accuracy: float | None = None
-        if evaluate:
-            evaluation = engine.evaluate()
+        evaluation = evaluate_members(engine) if evaluate else None
+        if evaluation is not None:
             accuracy_by_client = evaluation.accuracy_by_client()
             accuracy = evaluation.accuracy
-        scores = clustering_scores(true_groups, engine.strategy.cluster_labels())
+        labels = engine.strategy.cluster_labels()
+        scores = clustering_scores({c: true_groups[c] for c in labels}, labels)
         record = RoundRecord(
             round=report.server_round,
             accuracy=accuracy,
@@ -233,6 +282,7 @@ def run_simulation(
             answered=len(report.answered),
             failures=len(report.failures),
             strategy_metrics=engine.strategy.round_metrics(),
+            members=len(engine.fleet.client_ids()),
         )
         history.append(record)
         if checkpoint_dir is not None:
@@ -245,7 +295,8 @@ def run_simulation(
         if on_round is not None:
             on_round(record)
     if not accuracy_by_client:
-        accuracy_by_client = engine.evaluate().accuracy_by_client()
+        evaluation = evaluate_members(engine)
+        accuracy_by_client = evaluation.accuracy_by_client() if evaluation else {}
     return SimResult(
         config=config,
         federation=federation,

@@ -72,6 +72,33 @@ def test_set_offline_replaces_the_offline_set_and_rejects_unknown_clients() -> N
         fleet.set_offline(["zz"])
 
 
+def test_set_clients_keeps_the_federations_order_and_fails_tasks_of_non_members() -> None:
+    # Prepare: b is offline; a leaves, and the members are given out of order
+    fleet = make_fleet(offline=("b",))
+
+    # Execute
+    fleet.set_clients(["d", "b", "c"])
+    outcome = fleet.fit(1, [FitTask(c, {"m": start()}, CONFIG, seed=0) for c in ("a", "c")])
+
+    # Assert
+    assert fleet.client_ids() == ["b", "c", "d"]
+    assert fleet.available() == ["c", "d"]
+    assert [r.client_id for r in outcome.results] == ["c"]
+    assert [(f.client_id, f.reason) for f in outcome.failures] == [
+        ("a", "client is not a member: it left or has not joined")
+    ]
+
+
+def test_set_clients_rejects_unknown_and_repeated_ids() -> None:
+    fleet = make_fleet()
+
+    with pytest.raises(ValueError, match=r"unknown clients \['zz'\] members.*\['a', 'b'"):
+        fleet.set_clients(["a", "zz"])
+    with pytest.raises(ValueError, match="members must be unique"):
+        fleet.set_clients(["a", "a"])
+    assert fleet.client_ids() == ["a", "b", "c", "d"]
+
+
 @pytest.mark.parametrize(("batched", "max_group"), [(True, None), (True, 1), (False, None)])
 def test_fit_trains_each_task_like_local_update(batched: bool, max_group: int | None) -> None:
     fleet, data = make_fleet(batched=batched, max_group=max_group), federation()
