@@ -77,6 +77,7 @@ def run_centralized(
         answered=len(federation.clients),
         failures=0,
         members=len(federation.clients),
+        evaluated=len(accuracy),
     )
     return SimResult(
         config=config,

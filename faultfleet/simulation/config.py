@@ -64,6 +64,10 @@ class SimConfig:
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         check_schedule(self.joins, self.leaves, self.rounds)
+        # one order for one schedule, so the same run given in another order still resumes
+        for name in ("joins", "leaves"):
+            entries: Schedule = getattr(self, name)
+            object.__setattr__(self, name, tuple(sorted(entries, key=lambda e: (e[1], e[0]))))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy (tuples become lists); :meth:`from_json` reads it back.

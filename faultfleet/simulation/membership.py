@@ -5,9 +5,11 @@ config.SimConfig.joins` and ``leaves``). A machine that joins before round r is 
 member in rounds 1 … r − 1 and is one from round r on; a machine that leaves before round r
 is a member up to round r − 1. Before a round the runner applies its leaves, then its joins,
 to the engine (:meth:`~coordinator.engine.RoundEngine.remove_clients`,
-:meth:`~coordinator.engine.RoundEngine.add_clients`) and to the fleet (``set_clients``), as
-the coordinator does for agents over MQTT (:mod:`coordinator.membership`). Only strategies
-with ``dynamic_membership`` (FAACL, FedAvg) accept a schedule.
+:meth:`~coordinator.engine.RoundEngine.add_clients`) and to the fleet (``set_clients``).
+The coordinator over MQTT (:mod:`coordinator.membership`) applies joins first and may let
+every member leave in a round where another joins; a schedule is fixed in advance, so here
+every round must keep a member after its leaves. Only strategies with
+``dynamic_membership`` (FAACL, FedAvg) accept a schedule.
 
 :func:`check_schedule` checks what the settings alone decide; :meth:`MembershipSchedule.plan`
 checks the rest against the federation's clients.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,9 @@ class RoundRecord:
     members: int = 0
     """Members of the federation during the round; 0 in histories written before the
     count was kept."""
+    evaluated: int = 0
+    """Members whose test accuracy makes up ``accuracy`` (0 on rounds not evaluated, and
+    in histories written before the count was kept)."""
 
 
 @dataclass
@@ -203,10 +206,15 @@ def membership_schedule(config: SimConfig, federation: Federation) -> Membership
     return MembershipSchedule.plan(clients, config.joins, config.leaves)
 
 
-def evaluate_members(engine: RoundEngine) -> EvaluationReport | None:
-    """Evaluate the fleet's members whose model is ready (:meth:`~coordinator.strategies.
-    base.Strategy.model_ready`); None if there are none."""
-    ready = [c for c in engine.fleet.client_ids() if engine.strategy.model_ready(c)]
+def evaluate_members(engine: RoundEngine, joiners: Collection[str]) -> EvaluationReport | None:
+    """Evaluate the fleet's members, less ``joiners`` whose model is not ready yet
+    (:meth:`~coordinator.strategies.base.Strategy.model_ready`); None if none is left.
+
+    Only machines that joined during the run wait for their model: every other member is
+    evaluated as before schedules existed, trained or not.
+    """
+    members = engine.fleet.client_ids()
+    ready = [c for c in members if c not in joiners or engine.strategy.model_ready(c)]
     return engine.evaluate(client_ids=ready) if ready else None
 
 
@@ -240,6 +248,7 @@ def run_simulation(
     federation = federation or build_federation(config)
     engine = make_engine(config, federation)
     schedule = membership_schedule(config, federation)
+    joiners = {client for client, _ in config.joins}
     history: list[RoundRecord] = []
     if resume and checkpoint_dir is not None and has_state(checkpoint_dir):
         state = load_state(checkpoint_dir)
@@ -263,7 +272,7 @@ def run_simulation(
         report = engine.run_round()
         evaluate = report.server_round % config.eval_every == 0 or report.server_round == last
         accuracy: float | None = None
-        evaluation = evaluate_members(engine) if evaluate else None
+        evaluation = evaluate_members(engine, joiners) if evaluate else None
         if evaluation is not None:
             accuracy_by_client = evaluation.accuracy_by_client()
             accuracy = evaluation.accuracy
@@ -283,6 +292,7 @@ def run_simulation(
             failures=len(report.failures),
             strategy_metrics=engine.strategy.round_metrics(),
             members=len(engine.fleet.client_ids()),
+            evaluated=0 if evaluation is None else len(evaluation.accuracy_by_client()),
         )
         history.append(record)
         if checkpoint_dir is not None:
@@ -295,7 +305,7 @@ def run_simulation(
         if on_round is not None:
             on_round(record)
     if not accuracy_by_client:
-        evaluation = evaluate_members(engine)
+        evaluation = evaluate_members(engine, joiners)
         accuracy_by_client = evaluation.accuracy_by_client() if evaluation else {}
     return SimResult(
         config=config,

@@ -73,6 +73,15 @@ def test_a_history_written_before_members_were_counted_still_loads() -> None:
     }
 
     assert RoundRecord(**old).members == 0
+    assert RoundRecord(**old).evaluated == 0
+
+
+def test_one_schedule_given_in_any_order_is_one_setting() -> None:
+    given = replace(BASE, joins=(("m05", 4), ("m04", 3), ("m03", 4)), leaves=(("m01", 5),))
+    reordered = replace(BASE, joins=(("m03", 4), ("m05", 4), ("m04", 3)), leaves=(("m01", 5),))
+
+    assert given.joins == (("m04", 3), ("m03", 4), ("m05", 4))
+    assert given.to_json() == reordered.to_json()  # so a resumed run accepts either
 
 
 def test_schedule_gives_members_per_round_in_the_federations_order() -> None:

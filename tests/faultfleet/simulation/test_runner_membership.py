@@ -105,6 +105,7 @@ def test_faacl_gives_the_newcomer_a_cluster_and_drops_the_leaver(
     result = run_simulation(FAACL, federation=federation(), on_round=note_labels)
 
     assert [r.members for r in result.history] == [5, 5, 6, 5, 5]
+    assert [r.evaluated for r in result.history] == [5, 5, 6, 5, 5]
     assert "m05" not in seen["fit", 1] + seen["fit", 2]
     assert seen["fit", 3] == ALL  # an initial round: every member trains, the newcomer too
     assert seen["evaluate", 3] == ALL
@@ -123,12 +124,28 @@ def test_a_newcomer_is_not_evaluated_before_its_model_is_trained() -> None:
     engine.run_round()
 
     apply_changes(engine, membership_schedule(config, federation()), 2)
-    evaluation = evaluate_members(engine)
+    evaluation = evaluate_members(engine, {"m05"})
 
     assert engine.fleet.client_ids() == ALL
     assert not engine.strategy.model_ready("m05")
     assert evaluation is not None
     assert sorted(evaluation.accuracy_by_client()) == BEFORE_JOIN
+
+
+def test_members_from_the_start_are_evaluated_trained_or_not() -> None:
+    # Prepare: no initial rounds, so FAACL trains only the sampled half in round 1
+    config = replace(TINY, strategy="faacl", strategy_options={"init_rounds": 0}, rounds=1)
+    engine = make_engine(config, federation())
+    engine.run_round()
+    untrained = [c for c in ALL if not engine.strategy.model_ready(c)]
+
+    # Execute
+    evaluation = evaluate_members(engine, ())
+
+    # Assert: as before schedules existed, every member is scored
+    assert untrained
+    assert evaluation is not None
+    assert sorted(evaluation.accuracy_by_client()) == ALL
 
 
 def test_a_strategy_with_fixed_clients_is_refused_before_round_one(seen: Seen) -> None:
