@@ -65,8 +65,12 @@ class ModelServing:
         return serving
 
     def evaluate(self) -> None:
-        """Evaluate on the online agents' test splits; remember every agent's choice."""
-        report: EvaluationReport = self.engine.evaluate(Split.TEST, self.fleet.online_clients())
+        """Evaluate on the online agents' test splits; remember every agent's choice.
+
+        An agent that is served no model yet (see :meth:`serving`) is not scored either.
+        """
+        ready = [a for a in self.fleet.online_clients() if self.engine.strategy.model_ready(a)]
+        report: EvaluationReport = self.engine.evaluate(Split.TEST, ready)
         self._chosen_keys = {r.client_id: r.model_key for r in report.results}
         self.summary.accuracy_by_agent = report.accuracy_by_client()
         self.summary.accuracy = None if not report.results else report.accuracy
