@@ -45,7 +45,7 @@ def add_bench_command(commands: Any) -> None:
         "--methods",
         nargs="+",
         help="methods (default: the suite's per scenario): local, fedavg, flacc, cfl, flhc, "
-        "ifca-K, faacl-v1, faacl-v2, jgl-kK, fedac-kK, fedavg-oracle, centralized",
+        "ifca-K, flacc-next, faacl-v1, faacl-v2, jgl-kK, fedac-kK, fedavg-oracle, centralized",
     )
     bench.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the suite's)")
     bench.add_argument("--scenarios", nargs="+", help="only these scenarios of the suite")

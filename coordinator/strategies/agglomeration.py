@@ -18,8 +18,12 @@ Decisions on points the paper leaves open (papers/README.md settles the first tw
   the two sub-servers do not merge.
 - Algorithm 1, lines 14–16 test only the argmax pair. If it fails eq. 16 or eq. 14 nothing
   merges in that iteration; the entities are then unchanged, so every later iteration of the
-  round would test the same pair, and merging stops for the round. The next-best pair is
-  never tried.
+  round would test the same pair, and merging stops for the round. By default the next-best
+  pair is never tried. With ``next_pair=True`` an argmax pair of two sub-servers that passes
+  eq. 16 but fails eq. 14 is passed over, and the pairs are tried in eq. 9's order until one
+  passes both or one fails eq. 16 (every later pair then fails it too). Without this a
+  round's argmax pair can fail eq. 14 round after round while α keeps its value, and
+  merging stalls until N_sep separates the entities as they are.
 """
 
 from __future__ import annotations
@@ -103,10 +107,16 @@ class MergeDecision:
 
 @dataclass(frozen=True)
 class Agglomeration:
-    """Outcome of one round of merging: the new entity list and each iteration's decision."""
+    """Outcome of one round of merging: the new entity list and each iteration's decision.
+
+    With ``next_pair`` an iteration that passed over eq. 9's pair records that pair's
+    failing decision before the decision of the pair that merged.
+    """
 
     entities: list[Entity]
     decisions: tuple[MergeDecision, ...]
+    passed_over: int = 0
+    """Iterations whose eq. 9 pair failed eq. 14 while a later pair merged (``next_pair``)."""
 
     @property
     def num_merges(self) -> int:
@@ -145,34 +155,44 @@ def best_merge(
     alpha: Float64Array, entities: Sequence[Entity], alpha0: float
 ) -> MergeDecision | None:
     """Eq. 9's entity pair and its merge conditions; None when no cross pair is known."""
-    best = _decide(entity_similarity(alpha, entities), entities, alpha0)
-    return None if best is None else best[2]
+    tried = _decide(entity_similarity(alpha, entities), entities, alpha0, next_pair=False)
+    return tried[0][2] if tried else None
 
 
 def agglomerate(
-    alpha: Float64Array, entities: Sequence[Entity], *, alpha0: float, n_merge: int
+    alpha: Float64Array,
+    entities: Sequence[Entity],
+    *,
+    alpha0: float,
+    n_merge: int,
+    next_pair: bool = False,
 ) -> Agglomeration:
     """Up to ``n_merge`` greedy merges (Algorithm 1, lines 13–18), recomputing eq. 9 each time.
 
     The merged entity takes the place of the earlier of the two, so a list sorted by smallest
     client index stays sorted. Merging stops early when no pair is known or the argmax pair
-    fails its conditions (see the module docstring).
+    fails its conditions, unless ``next_pair`` lets a later pair merge instead of an argmax
+    pair that fails only eq. 14 (see the module docstring).
     """
     current = list(entities)
     similarity = entity_similarity(alpha, current)
     decisions: list[MergeDecision] = []
+    passed_over = 0
     for _ in range(n_merge):
-        best = _decide(similarity, current, alpha0)
-        if best is None:
+        tried = _decide(similarity, current, alpha0, next_pair=next_pair)
+        if not tried:
             break
-        first, second, decision = best
+        if len(tried) > 1:  # eq. 9's pair failed eq. 14 and a later pair merges
+            decisions.append(tried[0][2])
+            passed_over += 1
+        first, second, decision = tried[-1]
         decisions.append(decision)
         if not decision.merge:
             break
         current[first] = tuple(sorted(decision.first + decision.second))  # eq. 10
         del current[second]
         similarity = similarity.merged(first, second)
-    return Agglomeration(current, tuple(decisions))
+    return Agglomeration(current, tuple(decisions), passed_over)
 
 
 def forget_stale(
@@ -189,15 +209,36 @@ def forget_stale(
 
 
 def _decide(
-    similarity: EntitySimilarity, entities: Sequence[Entity], alpha0: float
-) -> tuple[int, int, MergeDecision] | None:
-    """Positions of eq. 9's pair and its decision; None when no cross pair is known."""
+    similarity: EntitySimilarity, entities: Sequence[Entity], alpha0: float, *, next_pair: bool
+) -> list[tuple[int, int, MergeDecision]]:
+    """Positions and decision of eq. 9's pair; empty when no cross pair is known.
+
+    With ``next_pair``, when eq. 9's pair passes eq. 16 but fails eq. 14, the list goes on to
+    the first later pair in eq. 9's order that merges, if one does before eq. 16 fails.
+    """
     n = similarity.lowest.shape[0]
     candidates = np.triu(np.isfinite(similarity.lowest), k=1)
     if not candidates.any():
-        return None
-    score = np.where(candidates, similarity.lowest, -np.inf)
-    a, b = divmod(int(np.argmax(score)), n)  # eq. 9, first pair in row-major order on ties
+        return []
+    score = np.where(candidates, similarity.lowest, -np.inf).ravel()
+    # eq. 9, first pair in row-major order on ties (a stable sort keeps that order)
+    order = np.argsort(-score, kind="stable")[: int(candidates.sum())]
+    first = _pair_decision(similarity, entities, alpha0, *divmod(int(order[0]), n))
+    if first[2].merge or not next_pair or first[2].alpha_min_cross <= alpha0:
+        return [first]
+    for flat in order[1:]:
+        tried = _pair_decision(similarity, entities, alpha0, *divmod(int(flat), n))
+        if tried[2].alpha_min_cross <= alpha0:  # eq. 16 fails from here on
+            break
+        if tried[2].merge:
+            return [first, tried]
+    return [first]
+
+
+def _pair_decision(
+    similarity: EntitySimilarity, entities: Sequence[Entity], alpha0: float, a: int, b: int
+) -> tuple[int, int, MergeDecision]:
+    """Eqs. 11–16 for the entity pair at positions ``a`` < ``b``."""
     min_cross = float(similarity.lowest[a, b])  # eq. 15
     max_cross = float(similarity.highest[a, b])  # eq. 11
     within = float(min(similarity.lowest[a, a], similarity.lowest[b, b]))  # eq. 12

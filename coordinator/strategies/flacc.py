@@ -26,6 +26,8 @@ Decisions on points the paper leaves open (papers/README.md settles the first):
   ``"cluster-k"`` with k the entity's position when entities are ordered by smallest client
   index; clients are labelled by entity in that order at all times.
 - Clients that failed are absent from ``results``: no similarity, no weight.
+- Algorithm 1 tests only eq. 9's pair; ``next_pair=True`` (off by default) lets a later pair
+  merge when that pair fails only eq. 14 (see :mod:`.agglomeration`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class FLACC(Strategy):
         Entity pairs merged at most per round (1 in §VI).
     n_sep : int
         Consecutive rounds without a merge before separation, N_sep (10 in §VI).
+    next_pair : bool
+        When eq. 9's pair of two sub-servers fails eq. 14, try the next pairs in eq. 9's
+        order instead of merging nothing (off: Algorithm 1 as written).
     """
 
     name: ClassVar[str] = "flacc"
@@ -76,12 +81,14 @@ class FLACC(Strategy):
         memory: int | None = 10,
         n_merge: int = 1,
         n_sep: int = 10,
+        next_pair: bool = False,
     ) -> None:
         super().__init__(fraction=fraction)
         self.alpha0 = alpha0
         self.memory = memory
         self.n_merge = n_merge
         self.n_sep = n_sep
+        self.next_pair = next_pair
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -95,6 +102,7 @@ class FLACC(Strategy):
         self.rounds_without_merge_ = 0
         self.separated_ = False
         self.last_alpha_min_cross_: float | None = None
+        self.last_passed_over_ = 0
 
     def _validate(self) -> None:
         alpha0 = self.alpha0
@@ -115,6 +123,11 @@ class FLACC(Strategy):
         if not _is_int_at_least(self.n_merge, 1):
             raise ValueError(
                 f"n_merge must be an integer >= 1, got {self.n_merge!r}; the paper recommends 1"
+            )
+        if not isinstance(self.next_pair, bool):
+            raise ValueError(
+                f"next_pair must be true or false, got {self.next_pair!r}; "
+                "false follows Algorithm 1 as written"
             )
         if not _is_int_at_least(self.n_sep, 1):
             raise ValueError(
@@ -169,10 +182,17 @@ class FLACC(Strategy):
             self.tau_[pairs] = server_round
             self.alpha_[answered, answered] = UNKNOWN  # the diagonal carries no information
         self.alpha_ = forget_stale(self.alpha_, self.tau_, server_round, self.memory)  # eq. 18
-        outcome = agglomerate(self.alpha_, self.entities_, alpha0=self.alpha0, n_merge=self.n_merge)
+        outcome = agglomerate(
+            self.alpha_,
+            self.entities_,
+            alpha0=self.alpha0,
+            n_merge=self.n_merge,
+            next_pair=self.next_pair,
+        )
         self._set_entities(outcome.entities)
         first = outcome.decisions[0] if outcome.decisions else None
         self.last_alpha_min_cross_ = None if first is None else first.alpha_min_cross
+        self.last_passed_over_ = outcome.passed_over
         self.rounds_without_merge_ = 0 if outcome.num_merges else self.rounds_without_merge_ + 1
 
     def _separate(self) -> None:
@@ -215,10 +235,13 @@ class FLACC(Strategy):
 
     def round_metrics(self) -> dict[str, float]:
         """α_min^cross solving eq. 9 in the last clustering round (the paper's Fig. 8), and
-        whether the entities have been separated (1) or not (0)."""
+        whether the entities have been separated (1) or not (0); with ``next_pair``, also how
+        many of eq. 9's pairs the last clustering round passed over."""
         metrics = {"separated": float(self.separated_)}
         if self.last_alpha_min_cross_ is not None:
             metrics["alpha_min_cross"] = self.last_alpha_min_cross_
+        if self.next_pair:
+            metrics["pairs_passed_over"] = float(self.last_passed_over_)
         return metrics
 
     def _set_entities(self, entities: Sequence[Entity]) -> None:
@@ -237,6 +260,7 @@ class FLACC(Strategy):
             "rounds_without_merge": int(self.rounds_without_merge_),
             "separated": bool(self.separated_),
             "last_alpha_min_cross": self.last_alpha_min_cross_,
+            "last_passed_over": int(self.last_passed_over_),
         }
         return meta, {"alpha": self.alpha_.copy(), "tau": self.tau_.copy()}
 
@@ -253,6 +277,7 @@ class FLACC(Strategy):
         self.separated_ = bool(meta["separated"])
         last = meta["last_alpha_min_cross"]
         self.last_alpha_min_cross_ = None if last is None else float(last)
+        self.last_passed_over_ = int(meta.get("last_passed_over", 0))
 
 
 def _is_int_at_least(value: object, minimum: int) -> bool:

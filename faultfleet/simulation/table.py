@@ -11,6 +11,7 @@ method                    strategy and options
 ``flhc``, ``jgl``,
 ``fedac``, ``faacl``
 ``ifca-K``                ``ifca`` with ``n_clusters = K``
+``flacc-next``            ``flacc`` with ``next_pair = True``
 ``faacl-v1``,             ``faacl`` with ``version = 1`` or ``2``
 ``faacl-v2``
 ``fedac-kK``              ``fedac`` started with ``n_clusters = K``
@@ -42,6 +43,7 @@ Document = dict[str, Any]
 
 _PATTERNS: tuple[tuple[str, Callable[[re.Match[str]], tuple[str, dict[str, Any]]]], ...] = (
     (r"ifca-(\d+)", lambda m: ("ifca", {"n_clusters": int(m[1])})),
+    (r"flacc-next", lambda m: ("flacc", {"next_pair": True})),
     (r"faacl-v([12])", lambda m: ("faacl", {"version": int(m[1])})),
     (r"fedac-k(\d+)", lambda m: ("fedac", {"n_clusters": int(m[1])})),
     (r"jgl-k(\d+)", lambda m: ("jgl", {"n_clusters": int(m[1])})),
@@ -66,7 +68,7 @@ def method_strategy(method: str) -> tuple[str, dict[str, Any]]:
         return method, {}
     raise ValueError(
         f"unknown method {method!r}; use a strategy name ({', '.join(sorted(STRATEGIES))}) "
-        "or ifca-K, faacl-v1, faacl-v2, fedac-kK, jgl-kK"
+        "or ifca-K, flacc-next, faacl-v1, faacl-v2, fedac-kK, jgl-kK"
     )
 
 

@@ -248,6 +248,54 @@ def test_only_the_argmax_pair_is_tested() -> None:
     assert outcome.entities == [(0, 1), (2, 3), (4,)]
 
 
+def test_next_pair_merges_the_first_later_pair_that_passes() -> None:
+    # Prepare: as above; with next_pair the failing {0,1}–{2,3} is passed over for {0,1}–4
+    cross = {(i, j): 0.6 for i in (0, 1) for j in (2, 3)}
+    alpha = similarity(5, {(0, 1): 0.9, (2, 3): 0.9, (0, 4): 0.55, (1, 4): 0.55, **cross})
+
+    # Execute
+    outcome = agglomerate(alpha, [(0, 1), (2, 3), (4,)], alpha0=0.0, n_merge=1, next_pair=True)
+
+    # Assert: eq. 9's pair is recorded first (it is Fig. 8's quantity), then the merge
+    passed, merged = outcome.decisions
+    assert (passed.first, passed.second, passed.merge) == ((0, 1), (2, 3), False)
+    assert passed.potential is not None
+    assert passed.potential < 0
+    assert (merged.first, merged.second, merged.merge) == ((0, 1), (4,), True)
+    assert merged.alpha_min_cross == pytest.approx(0.55)
+    assert outcome.num_merges == 1
+    assert outcome.passed_over == 1
+    assert outcome.entities == [(0, 1, 4), (2, 3)]
+
+
+def test_next_pair_stops_at_the_first_pair_that_fails_eq16() -> None:
+    # Prepare: the only later pair, {0,1}–4, is below α0
+    cross = {(i, j): 0.6 for i in (0, 1) for j in (2, 3)}
+    alpha = similarity(5, {(0, 1): 0.9, (2, 3): 0.9, (0, 4): -0.1, (1, 4): 0.3, **cross})
+
+    # Execute
+    outcome = agglomerate(alpha, [(0, 1), (2, 3), (4,)], alpha0=0.0, n_merge=1, next_pair=True)
+
+    # Assert
+    (decision,) = outcome.decisions
+    assert (decision.first, decision.second, decision.merge) == ((0, 1), (2, 3), False)
+    assert outcome.passed_over == 0
+    assert outcome.entities == [(0, 1), (2, 3), (4,)]
+
+
+def test_next_pair_leaves_an_argmax_pair_that_fails_eq16_alone() -> None:
+    # Prepare: every cross pair is below α0 = 0.7, the argmax one included
+    alpha = similarity(4, {(0, 1): 0.6, (2, 3): 0.5})
+
+    # Execute
+    outcome = agglomerate(alpha, singletons(4), alpha0=0.7, n_merge=2, next_pair=True)
+
+    # Assert
+    (decision,) = outcome.decisions
+    assert (decision.first, decision.second, decision.merge) == ((0,), (1,), False)
+    assert outcome.entities == singletons(4)
+
+
 def test_ties_go_to_the_first_pair_in_list_order() -> None:
     # Execute
     decision = best_merge(similarity(4, {(2, 3): 0.7, (0, 1): 0.7}), singletons(4), 0.0)

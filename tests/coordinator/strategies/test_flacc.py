@@ -102,6 +102,36 @@ def test_a_round_records_answered_pairs_merges_and_averages() -> None:
     np.testing.assert_allclose(strategy.models["global"], expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("next_pair", [False, True])
+def test_next_pair_lets_a_later_pair_merge_when_eq9s_pair_fails_eq14(next_pair: bool) -> None:
+    # Prepare: {c0,c1}–{c2,c3} wins eq. 9 (0.6) but Φ < 0; {c0,c1}–c4 (0.55) passes
+    strategy = make_flacc(5, memory=None, next_pair=next_pair)
+    alpha = np.full((5, 5), UNKNOWN)
+    for (i, j), value in {(0, 1): 0.9, (2, 3): 0.9, (0, 4): 0.55, (1, 4): 0.55}.items():
+        alpha[i, j] = alpha[j, i] = value
+    for i in (0, 1):
+        for j in (2, 3):
+            alpha[i, j] = alpha[j, i] = 0.6
+    strategy.alpha_ = alpha
+    strategy._set_entities([(0, 1), (2, 3), (4,)])
+
+    # Execute: a round in which nobody answered still merges on remembered similarities
+    strategy.aggregate_round(1, [], [])
+
+    # Assert
+    metrics = strategy.round_metrics()
+    assert metrics["alpha_min_cross"] == pytest.approx(0.6)  # eq. 9's pair either way
+    if next_pair:
+        assert strategy.entities == [("c0", "c1", "c4"), ("c2", "c3")]
+        assert metrics["pairs_passed_over"] == 1.0
+        restored = FLACC(next_pair=True)
+        restored.load_state_dict(strategy.state_dict())
+        assert restored.round_metrics() == metrics
+    else:
+        assert strategy.entities == [("c0", "c1"), ("c2", "c3"), ("c4",)]
+        assert "pairs_passed_over" not in metrics
+
+
 @pytest.mark.parametrize(
     ("memory", "later_round", "merges"),
     [
@@ -326,6 +356,8 @@ def test_separation_happens_before_the_last_resume_point() -> None:
         ({"n_sep": 0}, r"n_sep must be an integer >= 1 .*got 0"),
         ({"n_sep": True}, r"n_sep must be an integer >= 1 .*got True"),
         ({"fraction": 0.0}, r"fraction must be in \(0, 1\]"),
+        ({"next_pair": "yes"}, r"next_pair must be true or false, got 'yes'"),
+        ({"next_pair": 1}, r"next_pair must be true or false, got 1"),
     ],
 )
 def test_invalid_hyper_parameters_raise_on_initialize(options: dict[str, Any], match: str) -> None:

@@ -24,6 +24,7 @@ from faultfleet.simulation.table import (
 def test_method_names_map_to_strategies_and_options() -> None:
     assert method_strategy("flacc") == ("flacc", {})
     assert method_strategy("ifca-6") == ("ifca", {"n_clusters": 6})
+    assert method_strategy("flacc-next") == ("flacc", {"next_pair": True})
     assert method_strategy("faacl-v2") == ("faacl", {"version": 2})
     assert method_strategy("jgl-k6") == ("jgl", {"n_clusters": 6})
 
