@@ -270,7 +270,11 @@ def run_simulation(
         round_start = clock()
         apply_changes(engine, schedule, engine.server_round + 1)
         report = engine.run_round()
-        evaluate = report.server_round % config.eval_every == 0 or report.server_round == last
+        # the run's last round, not ``stop_after``'s: an interrupted run records what an
+        # uninterrupted one does, so the resumed history matches it
+        evaluate = (
+            report.server_round % config.eval_every == 0 or report.server_round == config.rounds
+        )
         accuracy: float | None = None
         evaluation = evaluate_members(engine, joiners) if evaluate else None
         if evaluation is not None:

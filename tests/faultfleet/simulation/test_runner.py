@@ -12,6 +12,7 @@ import pytest
 from faultfleet.simulation.config import SimConfig, profile
 from faultfleet.simulation.runner import build_federation, run_simulation
 from faultfleet.tasks import TrainConfig
+from signal_pipeline.federation import Federation
 
 TINY = SimConfig(
     strategy="flacc",
@@ -60,12 +61,15 @@ def test_same_seed_gives_the_same_run(federation) -> None:  # type: ignore[no-un
     assert first == second
 
 
-@pytest.mark.parametrize("stop", [1, 3])
-def test_resumed_run_equals_uninterrupted(federation, tmp_path: Path, stop: int) -> None:  # type: ignore[no-untyped-def]
-    uninterrupted = run_simulation(TINY, federation=federation).to_json()
-    run_simulation(TINY, federation=federation, checkpoint_dir=tmp_path, stop_after=stop)
+@pytest.mark.parametrize(("stop", "eval_every"), [(1, 1), (3, 1), (3, 2)])
+def test_resumed_run_equals_uninterrupted(
+    federation: Federation, tmp_path: Path, stop: int, eval_every: int
+) -> None:
+    config = replace(TINY, eval_every=eval_every)
+    uninterrupted = run_simulation(config, federation=federation).to_json()
+    run_simulation(config, federation=federation, checkpoint_dir=tmp_path, stop_after=stop)
     resumed = run_simulation(
-        TINY, federation=federation, checkpoint_dir=tmp_path, resume=True
+        config, federation=federation, checkpoint_dir=tmp_path, resume=True
     ).to_json()
     for document in (uninterrupted, resumed):
         document.pop("wall_seconds")
