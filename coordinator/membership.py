@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from coordinator.engine import RoundEngine
 from coordinator.metrics import CoordinatorMetrics
@@ -49,12 +49,13 @@ def plan_membership(
     return MembershipChange(joining, leaving)
 
 
+@runtime_checkable
 class MemberFleet(Protocol):
     """The part of a fleet that learns its new members (:class:`~coordinator.mqtt_fleet.
-    MqttFleet`)."""
+    MqttFleet`, :class:`~faultfleet.simulation.fleet.InProcessFleet`)."""
 
     def set_clients(self, clients: Sequence[str]) -> None:
-        """The federation after agents joined or left."""
+        """The federation after agents joined or left, between rounds."""
         ...
 
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from coordinator.engine import MembershipError, RoundEngine
-from coordinator.fleet import Fleet
+from coordinator.membership import MemberFleet
 from coordinator.strategies.registry import STRATEGIES
 
 logger = logging.getLogger(__name__)
@@ -92,16 +91,6 @@ def refuse_fixed_membership(strategy: str, joins: Schedule, leaves: Schedule) ->
         f"or leave its run (joins/leaves, --join/--leave); strategies that accept them: "
         f"{', '.join(accepting)}"
     )
-
-
-@runtime_checkable
-class MemberFleet(Fleet, Protocol):
-    """A fleet whose members can change between rounds (as :class:`~coordinator.mqtt_fleet.
-    MqttFleet` and :class:`~faultfleet.simulation.fleet.InProcessFleet`)."""
-
-    def set_clients(self, clients: Sequence[str]) -> None:
-        """The federation after machines joined or left, between rounds."""
-        ...
 
 
 @dataclass(frozen=True)
