@@ -1,14 +1,17 @@
 """A client's data on the compute device, in the batches its training and probes use.
 
-:func:`select_device` picks the torch device, :func:`host_tensor` moves host arrays onto
-it, :func:`batch_schedule` gives the mini-batch order of a local update
-(:func:`edge_agent.training.local_update`) and :func:`minibatch` draws the one seeded batch
-of a gradient probe (:func:`edge_agent.evaluation.loss_and_gradient`).
+:func:`select_device` picks the torch device (with deterministic kernels on CUDA),
+:func:`host_tensor` moves host arrays onto it, :func:`batch_schedule` gives the mini-batch
+order of a local update (:func:`edge_agent.training.local_update`) and :func:`minibatch`
+draws the one seeded batch of a gradient probe
+(:func:`edge_agent.evaluation.loss_and_gradient`).
 :mod:`faultfleet.simulation.batched_training` uses the same schedule, so that both paths
 train on the same batches.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import numpy.typing as npt
@@ -18,13 +21,18 @@ from faultfleet.types import IntArray
 from signal_pipeline.federation import Dataset
 
 
-def select_device(preference: str = "auto") -> torch.device:
+def select_device(preference: str = "auto", *, deterministic: bool = True) -> torch.device:
     """The torch device to compute on.
 
     Parameters
     ----------
     preference : {"auto", "cpu", "cuda", "cuda:<index>"}
         ``"auto"`` takes CUDA when it is available and the CPU otherwise.
+    deterministic : bool
+        When the answer is a CUDA device, switch torch to deterministic kernels
+        (:func:`use_deterministic_cuda`), so that the same seed gives the same model on a
+        GPU as it does on the CPU. Without it, cuDNN's convolution kernels make two runs of
+        one seed differ.
 
     Raises
     ------
@@ -34,7 +42,7 @@ def select_device(preference: str = "auto") -> torch.device:
         For ``"cuda"`` when this torch build sees no CUDA device.
     """
     if preference == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        preference = "cuda" if torch.cuda.is_available() else "cpu"
     if preference == "cpu":
         return torch.device("cpu")
     if preference == "cuda" or preference.startswith("cuda:"):
@@ -43,8 +51,26 @@ def select_device(preference: str = "auto") -> torch.device:
                 f"device {preference!r} was asked for but torch.cuda.is_available() is False; "
                 "install the CUDA build of torch on a GPU machine, or use 'auto' or 'cpu'"
             )
+        if deterministic:
+            use_deterministic_cuda()
         return torch.device(preference)
     raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:index]', got {preference!r}")
+
+
+def use_deterministic_cuda() -> None:
+    """Make CUDA training repeatable: the same seed gives the same weights, run after run.
+
+    Sets, for the whole process: cuDNN's deterministic convolution kernels with its
+    autotuner off, cuBLAS's fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless the
+    environment already sets it; it must come before the first cuBLAS call, which is why a
+    process selects its device before building models), and
+    ``torch.use_deterministic_algorithms(True, warn_only=True)``, which warns about any
+    operation with no deterministic CUDA kernel instead of failing the run.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def batch_schedule(num_samples: int, epochs: int, batch_size: int, seed: int) -> list[IntArray]:

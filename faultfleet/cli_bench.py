@@ -20,6 +20,7 @@ from faultfleet.imagebench.cells import Cell, check_cells, plan_cells
 from faultfleet.imagebench.datasets import DATASET_NAMES
 from faultfleet.imagebench.report import draw, group_documents, write_csv, write_markdown
 from faultfleet.imagebench.suites import SUITES, Suite, get_suite
+from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.simulation.table import Document
 
 
@@ -59,6 +60,12 @@ def add_bench_command(commands: Any) -> None:
     )
     bench.add_argument("--rounds", type=int, help="override every scenario's round count")
     bench.add_argument(
+        "--model",
+        choices=MODEL_NAMES,
+        help="zoo model every scenario trains (default: the scenario's; the FLACC scenarios' "
+        "paper CNN is flacc-cnn2d, meant for a GPU)",
+    )
+    bench.add_argument(
         "--threads", type=int, default=1, help="torch threads per worker process (default 1)"
     )
     bench.add_argument(
@@ -78,6 +85,12 @@ def _with_rounds(suite: Suite, rounds: int | None) -> Suite:
         replace(s, rounds=rounds, eval_every=min(s.eval_every, rounds)) for s in suite.scenarios
     )
     return replace(suite, scenarios=scenarios)
+
+
+def _with_model(suite: Suite, model: str | None) -> Suite:
+    if model is None:
+        return suite
+    return replace(suite, scenarios=tuple(replace(s, model=model) for s in suite.scenarios))
 
 
 def _unique(values: list[Any] | None) -> list[Any] | None:
@@ -102,7 +115,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    suite = _with_rounds(get_suite(args.suite), args.rounds)
+    suite = _with_model(_with_rounds(get_suite(args.suite), args.rounds), args.model)
     negative = [s for s in args.seeds or () if s < 0]
     if negative:
         raise ValueError(f"--seeds must be >= 0, got {negative}")
@@ -133,7 +146,8 @@ def run_bench(args: argparse.Namespace) -> int:
     write_csv(grouped, args.out / "results.csv")
     header = (
         f"# faultfleet bench --suite {suite.name}\n\n"
-        f"Dataset: {', '.join(sorted({c.dataset for c in cells}))}. Accuracy is the mean "
+        f"Dataset: {', '.join(sorted({c.dataset for c in cells}))}; model: "
+        f"{', '.join(sorted({c.scenario.model for c in cells}))}. Accuracy is the mean "
         "client test accuracy after the last round, mean ± std over seeds (population std); "
         "clusters and ARI are scored against the federation's true groups."
     )

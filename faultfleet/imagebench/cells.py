@@ -29,6 +29,7 @@ from faultfleet.imagebench.suites import (
     BenchScenario,
     Suite,
 )
+from faultfleet.models.zoo import build_model
 from faultfleet.simulation.config import SimConfig
 from faultfleet.simulation.table import Document, cell_path, method_strategy
 from signal_pipeline.federation import Federation
@@ -249,10 +250,11 @@ def plan_cells(
 
 
 def check_cells(cells: Sequence[Cell]) -> None:
-    """Build every scenario's federation once (first seed) before any cell runs.
+    """Build every scenario's federation (first seed) and model once before any cell runs.
 
-    A missing dataset, or a dataset a scenario cannot be built from (too few samples or
-    classes), then stops the suite at once instead of inside a worker hours later.
+    A missing dataset, a dataset a scenario cannot be built from (too few samples or
+    classes), or a model that cannot take the dataset's samples then stops the suite at
+    once instead of inside a worker hours later.
 
     Raises
     ------
@@ -266,11 +268,18 @@ def check_cells(cells: Sequence[Cell]) -> None:
             continue
         seen.add(key)
         try:
-            build_cell_federation(cell)
+            federation = build_cell_federation(cell)
         except DatasetError:
             raise
         except ValueError as exc:
             raise ValueError(
                 f"scenario {cell.scenario.name!r} cannot be built from dataset "
                 f"{cell.dataset!r}: {exc}"
+            ) from exc
+        try:
+            build_model(cell.scenario.model, federation.sample_shape, federation.n_classes)
+        except ValueError as exc:
+            raise ValueError(
+                f"scenario {cell.scenario.name!r} on dataset {cell.dataset!r}: model "
+                f"{cell.scenario.model!r} cannot take its samples: {exc}"
             ) from exc

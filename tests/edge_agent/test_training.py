@@ -6,6 +6,9 @@ vectorised path against this one.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 import torch
@@ -55,10 +58,86 @@ def test_select_device_cpu_and_auto() -> None:
     assert select_device("auto").type == expected
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
-def test_select_device_cuda_without_cuda_raises() -> None:
+def test_select_device_cuda_without_cuda_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match=r"torch.cuda.is_available\(\) is False"):
         select_device("cuda")
+    assert select_device("auto") == CPU
+
+
+@pytest.fixture
+def torch_determinism(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Restores torch's process-wide determinism settings and the cuBLAS variable."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    saved = (
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    yield
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[:2]
+    torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
+
+
+@pytest.mark.usefixtures("torch_determinism")
+@pytest.mark.parametrize("preference", ["cuda", "cuda:0", "auto"])
+def test_selecting_cuda_switches_torch_to_deterministic_kernels(
+    monkeypatch: pytest.MonkeyPatch, preference: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = False
+    torch.use_deterministic_algorithms(False)
+
+    assert select_device(preference).type == "cuda"
+
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert torch.backends.cudnn.deterministic
+    assert not torch.backends.cudnn.benchmark
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+@pytest.mark.usefixtures("torch_determinism")
+def test_deterministic_cuda_can_be_declined_and_keeps_a_users_cublas_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    torch.backends.cudnn.deterministic = False
+    torch.use_deterministic_algorithms(False)
+
+    select_device("cuda", deterministic=False)
+    assert not torch.backends.cudnn.deterministic
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    select_device("cuda")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    assert torch.backends.cudnn.deterministic
+
+
+@pytest.mark.usefixtures("torch_determinism")
+def test_select_device_on_the_cpu_leaves_torch_settings_alone() -> None:
+    torch.use_deterministic_algorithms(False)
+    select_device("cpu")
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_local_update_repeats_exactly_on_the_automatic_device() -> None:
+    """The seed contract where agents train: on CUDA when the machine has it, else the CPU."""
+    device = select_device("auto")
+    model, data = tiny_cnn(), toy_dataset(64, seed=2)
+    weights = flatten_weights(model)
+    config = TrainConfig(learning_rate=0.01, epochs=3, batch_size=16)
+
+    first = local_update(model, weights, data, config, seed=9, device=device)
+    second = local_update(model, weights, data, config, seed=9, device=device)
+
+    np.testing.assert_array_equal(first.weights, second.weights)
+    assert first.train_loss == second.train_loss
 
 
 def test_select_device_rejects_unknown_preference() -> None:

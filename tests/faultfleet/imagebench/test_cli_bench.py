@@ -111,3 +111,33 @@ def test_tiny_suite_needs_no_files(tmp_path: Path) -> None:
     accuracy = {m: d["final"]["accuracy"] for m, d in documents.items()}
     assert accuracy["fedavg-oracle"] > max(accuracy["fedavg"], accuracy["local"])
     assert (out / "summary.md").is_file()
+
+
+def test_model_option_trains_another_zoo_model_and_is_part_of_the_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Execute: the tiny suite with the FLACC paper's CNN instead of the scenario's MLP
+    out = tmp_path / "tiny"
+    args = ["bench", "--suite", "tiny", "--out", str(out), "--methods", "flacc", "--jobs", "1"]
+    assert main([*args, "--model", "flacc-cnn2d"]) == 0
+    # Assert
+    cell = json.loads((out / "rotated-digits" / "flacc" / "seed0" / "results.json").read_text())
+    assert cell["config"]["model"] == "flacc-cnn2d"
+    assert cell["final"]["accuracy"] > 0.5
+    assert "model: flacc-cnn2d." in (out / "summary.md").read_text(encoding="utf-8")
+    # A resumed suite with the scenario's own model is refused, not mixed in
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "written with other settings" in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_take_the_images_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    args = ["bench", "--suite", "tiny", "--out", str(out), "--model", "compact"]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert "model 'compact' cannot take its samples" in error
+    assert "rotated-digits" in error
+    assert not out.exists()
