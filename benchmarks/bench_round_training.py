@@ -1,10 +1,13 @@
 """Local training of one federated round: a loop of clients vs one vectorised computation.
 
 Usage: python benchmarks/bench_round_training.py [--repeats 3] [--threads 2] [--clients 12]
+       [--model compact] [--max-group N] [--device cpu|cuda]
 
 Builds ``--clients`` clients holding 200–450 random windows of shape (1, 1024) with 12
 classes, and trains each from the same ``compact`` zoo model for E = 5 epochs, B = 32 with
-Adam at 5e-4 (FLACC §VI), on the CPU with ``--threads`` torch threads:
+Adam at 5e-4 (FLACC §VI), on the CPU with ``--threads`` torch threads (with ``--device
+cuda``: on the GPU with deterministic kernels, as agents and the simulator train there, and
+on the CPU too, so that the printed GPU / CPU ratios come from one run):
 
 * sequential: :func:`edge_agent.training.local_update` once per client (``torch.optim``);
 * batched: :func:`faultfleet.simulation.batched_training.batched_local_update`.
@@ -26,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from edge_agent.batching import select_device
 from edge_agent.training import LocalUpdate, local_update
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
@@ -62,9 +66,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=12)
     parser.add_argument("--model", default="compact")
     parser.add_argument("--max-group", type=int, default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here (CPU build or no GPU)")
     torch.set_num_threads(args.threads)
-    device = torch.device("cpu")
     rng = np.random.default_rng(0)
     sizes = rng.integers(SAMPLES_PER_CLIENT[0], SAMPLES_PER_CLIENT[1] + 1, args.clients)
     datasets = [
@@ -78,40 +84,55 @@ def main() -> None:
     weights = [flatten_weights(model)] * args.clients
     seeds = list(range(args.clients))
     config = TrainConfig("adam", 5e-4, epochs=5, batch_size=32)
-
-    def sequential() -> list[LocalUpdate]:
-        return [
-            local_update(model, w, d, config, s, device)
-            for w, d, s in zip(weights, datasets, seeds, strict=True)
-        ]
-
-    def batched() -> list[LocalUpdate]:
-        return batched_local_update(model, weights, datasets, config, seeds, device, args.max_group)
-
-    warm_up = TrainConfig("adam", 5e-4, epochs=1, batch_size=32)
-    local_update(model, weights[0], datasets[0], warm_up, 0, device)
-    batched_local_update(model, weights[:2], datasets[:2], warm_up, seeds[:2], device)
-
     samples = int(sizes.sum()) * config.epochs
     print(
         f"model {args.model}, {args.clients} clients, {int(sizes.sum())} windows of "
         f"{SAMPLE_SHAPE}, E={config.epochs}, B={config.batch_size}, Adam {config.learning_rate:g}"
     )
-    print(f"cpu, {torch.get_num_threads()} threads, median of {args.repeats} runs")
-    seq_seconds, seq_cpu, seq_updates = median_seconds(sequential, args.repeats)
-    bat_seconds, bat_cpu, bat_updates = median_seconds(batched, args.repeats)
-    print(f"{'path':<12}{'wall_s':>9}{'cpu_s':>9}{'samples/s':>12}")
-    print(f"{'sequential':<12}{seq_seconds:>9.2f}{seq_cpu:>9.2f}{samples / seq_seconds:>12.0f}")
-    print(f"{'batched':<12}{bat_seconds:>9.2f}{bat_cpu:>9.2f}{samples / bat_seconds:>12.0f}")
-    print(
-        f"throughput ratio batched / sequential: {seq_seconds / bat_seconds:.2f}x wall, "
-        f"{seq_cpu / bat_cpu:.2f}x cpu"
-    )
-    difference = max(
-        float(np.abs(a.weights - b.weights).max())
-        for a, b in zip(seq_updates, bat_updates, strict=True)
-    )
-    print(f"largest |weight difference| between the paths: {difference:.2e}")
+
+    def measure(device: torch.device) -> tuple[float, float]:
+        """Print one device's rows; return its sequential and batched wall seconds."""
+
+        def sequential() -> list[LocalUpdate]:
+            return [
+                local_update(model, w, d, config, s, device)
+                for w, d, s in zip(weights, datasets, seeds, strict=True)
+            ]
+
+        def batched() -> list[LocalUpdate]:
+            return batched_local_update(
+                model, weights, datasets, config, seeds, device, args.max_group
+            )
+
+        warm_up = TrainConfig("adam", 5e-4, epochs=1, batch_size=32)
+        local_update(model, weights[0], datasets[0], warm_up, 0, device)
+        batched_local_update(model, weights[:2], datasets[:2], warm_up, seeds[:2], device)
+        where = "cuda" if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+        print(f"\n{where}, median of {args.repeats} runs")
+        seq_seconds, seq_cpu, seq_updates = median_seconds(sequential, args.repeats)
+        bat_seconds, bat_cpu, bat_updates = median_seconds(batched, args.repeats)
+        print(f"{'path':<12}{'wall_s':>9}{'cpu_s':>9}{'samples/s':>12}")
+        print(f"{'sequential':<12}{seq_seconds:>9.2f}{seq_cpu:>9.2f}{samples / seq_seconds:>12.0f}")
+        print(f"{'batched':<12}{bat_seconds:>9.2f}{bat_cpu:>9.2f}{samples / bat_seconds:>12.0f}")
+        print(
+            f"throughput ratio batched / sequential: {seq_seconds / bat_seconds:.2f}x wall, "
+            f"{seq_cpu / bat_cpu:.2f}x cpu"
+        )
+        difference = max(
+            float(np.abs(a.weights - b.weights).max())
+            for a, b in zip(seq_updates, bat_updates, strict=True)
+        )
+        print(f"largest |weight difference| between the paths: {difference:.2e}")
+        return seq_seconds, bat_seconds
+
+    # The CPU first: selecting CUDA switches on deterministic kernels for the whole process.
+    cpu_seq, cpu_bat = measure(torch.device("cpu"))
+    if args.device == "cuda":
+        gpu_seq, gpu_bat = measure(select_device("cuda"))
+        print(
+            f"\nthroughput ratio cuda / cpu: sequential {cpu_seq / gpu_seq:.2f}x, "
+            f"batched {cpu_bat / gpu_bat:.2f}x"
+        )
 
 
 if __name__ == "__main__":
