@@ -30,9 +30,9 @@ def select_device(preference: str = "auto", *, deterministic: bool = True) -> to
         ``"auto"`` takes CUDA when it is available and the CPU otherwise.
     deterministic : bool
         When the answer is a CUDA device, switch torch to deterministic kernels
-        (:func:`use_deterministic_cuda`), so that the same seed gives the same model on a
-        GPU as it does on the CPU. Without it, cuDNN's convolution kernels make two runs of
-        one seed differ.
+        (:func:`use_deterministic_cuda`), so that the same seed gives the same model run
+        after run on the same kind of GPU (not bit for bit the CPU's model: the kernels sum
+        in other orders). Without it, two runs of one seed differ on a GPU.
 
     Raises
     ------

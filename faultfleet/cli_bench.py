@@ -19,7 +19,7 @@ from faultfleet.imagebench.bench import default_jobs, run_cells
 from faultfleet.imagebench.cells import Cell, check_cells, plan_cells
 from faultfleet.imagebench.datasets import DATASET_NAMES
 from faultfleet.imagebench.report import draw, group_documents, write_csv, write_markdown
-from faultfleet.imagebench.suites import SUITES, Suite, get_suite
+from faultfleet.imagebench.suites import SUITES, BenchScenario, Suite, get_suite
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.simulation.table import Document
 
@@ -88,9 +88,19 @@ def _with_rounds(suite: Suite, rounds: int | None) -> Suite:
 
 
 def _with_model(suite: Suite, model: str | None) -> Suite:
+    """``suite`` with every scenario training ``model``; a paper column says it differs."""
     if model is None:
         return suite
-    return replace(suite, scenarios=tuple(replace(s, model=model) for s in suite.scenarios))
+
+    def retrained(scenario: BenchScenario) -> BenchScenario:
+        if scenario.model == model:
+            return scenario
+        source = scenario.paper_source
+        if source:
+            source += f" (these cells trained {model}, not the scenario's {scenario.model})"
+        return replace(scenario, model=model, paper_source=source)
+
+    return replace(suite, scenarios=tuple(retrained(s) for s in suite.scenarios))
 
 
 def _unique(values: list[Any] | None) -> list[Any] | None:

@@ -68,7 +68,10 @@ def test_select_device_cuda_without_cuda_raises(monkeypatch: pytest.MonkeyPatch)
 @pytest.fixture
 def torch_determinism(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Restores torch's process-wide determinism settings and the cuBLAS variable."""
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    # setenv first, so that monkeypatch restores the variable's state before the test
+    # (also its absence) even when the code under test sets it through os.environ.
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     saved = (
         torch.backends.cudnn.benchmark,
         torch.backends.cudnn.deterministic,
@@ -126,6 +129,7 @@ def test_select_device_on_the_cpu_leaves_torch_settings_alone() -> None:
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
+@pytest.mark.usefixtures("torch_determinism")
 def test_local_update_repeats_exactly_on_the_automatic_device() -> None:
     """The seed contract where agents train: on CUDA when the machine has it, else the CPU."""
     device = select_device("auto")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from faultfleet.cli import main
+from faultfleet.cli_bench import _with_model
+from faultfleet.imagebench.suites import get_suite
 
 QUICK_METHODS = ["local", "fedavg", "flacc", "fedavg-oracle", "centralized"]
 
@@ -141,3 +143,18 @@ def test_a_model_that_cannot_take_the_images_is_a_one_line_error(
     assert "model 'compact' cannot take its samples" in error
     assert "rotated-digits" in error
     assert not out.exists()
+
+
+def test_another_model_is_named_beside_the_papers_numbers() -> None:
+    faacl = get_suite("faacl")
+    assert _with_model(faacl, None) is faacl
+    retrained = _with_model(faacl, "flacc-cnn2d")
+    for before, after in zip(faacl.scenarios, retrained.scenarios, strict=True):
+        assert after.model == "flacc-cnn2d"
+        assert after.paper == before.paper
+        assert after.paper_source == (
+            f"{before.paper_source} (these cells trained flacc-cnn2d, not the scenario's "
+            f"{before.model})"
+        )
+    same = _with_model(faacl, faacl.scenarios[0].model).scenarios[0]
+    assert same.paper_source == faacl.scenarios[0].paper_source
