@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from faultfleet.cli_runtime import stop_on_signals
@@ -73,11 +74,23 @@ def add_demo_command(commands: Any) -> None:
         default="auto",
         help="MQTT broker to start: mosquitto when installed (auto), else the embedded amqtt",
     )
+    demo.add_argument(
+        "--device",
+        choices=("cpu", "auto", "cuda"),
+        default=DemoPlan.device,
+        help="where the agents train: cpu (default, the same numbers on every machine), auto "
+        "(a GPU when torch sees one) or cuda",
+    )
     demo.set_defaults(handler=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Handler of ``demo``."""
+    if args.device == "cuda" and args.rounds > 0 and not torch.cuda.is_available():
+        raise ValueError(
+            "--device cuda: torch sees no CUDA device on this machine (CPU build of torch, or "
+            "no GPU); use --device auto to train on a GPU only when there is one"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     machine = MachineProfile.sample(rng)
@@ -112,10 +125,12 @@ def run_fleet(args: argparse.Namespace) -> None:
         clients_per_group=args.clients_per_group,
         live_seconds=args.live_seconds,
         broker=args.broker,
+        device=args.device,
     )
     print(
         f"\nfleet over MQTT: a broker, the coordinator and {plan.machines} simulated agents "
-        f"({plan.groups} hidden groups); FLACC with the compact model, {plan.rounds} rounds; "
+        f"({plan.groups} hidden groups, training on {plan.device}); FLACC with the compact "
+        f"model, {plan.rounds} rounds; "
         f"logs in {plan.out / 'logs'}"
     )
     bar = tqdm(total=plan.rounds, desc="rounds", unit="round", file=sys.stdout)

@@ -61,6 +61,9 @@ class DemoPlan:
     live_seconds: float = 10.0
     """How long diagnoses are counted once every agent serves the final models."""
     broker: str = "auto"
+    device: str = "cpu"
+    """Where the agents train: ``"cpu"`` (the default, so that the demo's numbers are the
+    same on every machine), ``"auto"`` (a GPU when torch sees one) or ``"cuda"``."""
 
     @property
     def machines(self) -> int:
@@ -150,7 +153,8 @@ def write_configs(plan: DemoPlan, broker: RunningBroker) -> tuple[Path, Path]:
     )
     agents = folder / "agents.toml"
     agents.write_text(
-        'agent_id = "m"\ndevice = "cpu"\n'
+        'agent_id = "m"\n'
+        f'device = "{plan.device}"\n'
         f'state_dir = "{(plan.out / "state" / "agents").resolve()}"\n\n'
         f"{broker_table}\n[metrics]\nport = 0\n\n"
         f'[source]\nkind = "simulated"\nseed = {plan.seed}\n'

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from faultfleet.cli import main
 
@@ -182,3 +183,13 @@ def test_demo_can_skip_the_federated_run(
     assert main(["demo", "--out", str(tmp_path), "--clients-per-group", "1", "--rounds", "0"]) == 0
     assert "fleet over MQTT" not in capsys.readouterr().out
     assert not (tmp_path / "fleet").exists()
+
+
+def test_demo_on_cuda_without_a_gpu_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--device", "cuda"]) == 2
+    assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
+    assert not out.exists()

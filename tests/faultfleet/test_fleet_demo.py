@@ -53,6 +53,15 @@ def test_demo_configs_load_with_the_services_settings(tmp_path: Path) -> None:
     assert coordinator_settings.broker.port == 18999
     assert agent_settings.source.clients_per_group == 2
     assert agent_settings.broker.port == 18999
+    assert agent_settings.device == "cpu"
+
+
+def test_demo_agents_can_train_on_a_gpu_when_there_is_one(tmp_path: Path) -> None:
+    plan = DemoPlan(out=tmp_path, clients_per_group=1, device="auto")
+
+    _, agents = write_configs(plan, _Address())  # type: ignore[arg-type]
+
+    assert load_settings(AgentSettings, agents).device == "auto"
 
 
 @pytest.mark.parametrize(
