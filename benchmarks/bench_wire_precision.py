@@ -16,15 +16,15 @@ send. Prints bytes, the ratio to float32/none, median encode and decode millisec
 norm of the update (trained − init), which is what FLACC compares between clients.
 
 Part ``sim``: runs :func:`faultfleet_apps.simulation.runner.run_simulation` with the ``quick``
-profile (compact model, 18 machines, 40 rounds, FLACC) for each seed in ``--seeds``. Every
-task's and every result's weights pass through ``encode_tensors``/``decode_tensors`` in the
-encoding under test, as over MQTT: agents train from the decoded task weights, and each
-result's delta is recomputed from the decoded weights minus the coordinator's float32 task
-weights, as ``MqttFleet`` computes it. ``run_simulation`` builds its own fleet, so the
-wrapper is patched in for the duration of the run. That is the only seam there is. zlib is
-lossless (the bytes part shows a max_abs_err of 0 for float32/zlib), so only the
-dtypes are simulated. Prints final accuracy, clusters found and ARI per seed and encoding,
-and the megabytes carried. Numbers only, no pass/fail.
+profile (compact model, 18 machines, 40 rounds, FLACC) for each seed in ``--seeds``, with
+the in-process fleet's codec hook set to the encoding under test
+(:class:`faultfleet_apps.simulation.wire_codec.WireCodec`): every task's and every result's
+weights pass through ``encode_tensors``/``decode_tensors`` as over MQTT, agents train from
+the decoded task weights, and each result's delta is recomputed from the decoded weights
+minus the coordinator's float32 task weights, as ``MqttFleet`` computes it. zlib is
+lossless (the bytes part shows a max_abs_err of 0 for float32/zlib), so only the dtypes
+are simulated. Prints final accuracy, clusters found and ARI per seed and encoding, and the
+megabytes carried (the encoded bodies). Numbers only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -36,9 +36,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
-from unittest import mock
 
 import numpy as np
 import torch
@@ -48,10 +45,6 @@ from edge_agent.training import local_update
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import (
-    EvaluateOutcome,
-    EvaluateTask,
-    FitOutcome,
-    FitTask,
     TrainConfig,
 )
 from faultfleet.types import FloatArray
@@ -60,7 +53,7 @@ from faultfleet.wire.messages import DType, TensorEncoding
 from faultfleet.wire.settings import DEFAULT_MAX_PAYLOAD_BYTES
 from faultfleet_apps.simulation import runner
 from faultfleet_apps.simulation.config import profile
-from faultfleet_apps.simulation.fleet import InProcessFleet
+from faultfleet_apps.simulation.wire_codec import WireCodec
 from signal_pipeline.federation import Federation
 from signal_pipeline.scenarios import mixed_fault_client
 
@@ -78,48 +71,7 @@ def round_trip(
     models: Mapping[str, FloatArray], encoding: TensorEncoding
 ) -> tuple[dict[str, FloatArray], int]:
     """``models`` as a receiver decodes them after encoding, and the body's size in bytes."""
-    body = encode_tensors(models, encoding)
-    expected = {name: int(np.asarray(value).size) for name, value in models.items()}
-    decoded = decode_tensors(body, encoding, expected, max_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
-    return decoded, len(body)
-
-
-class EncodedFleet:
-    """An :class:`InProcessFleet` whose weights travel through the wire codec both ways.
-
-    ``bytes_down`` and ``bytes_up`` count encoded tensor bodies, as the broker would carry.
-    """
-
-    def __init__(self, inner: InProcessFleet, encoding: TensorEncoding) -> None:
-        self.inner = inner
-        self.encoding = encoding
-
-    def client_ids(self) -> list[str]:
-        return self.inner.client_ids()
-
-    def available(self) -> list[str]:
-        return self.inner.available()
-
-    def fit(self, server_round: int, tasks: Sequence[FitTask]) -> FitOutcome:
-        sent, bytes_down = [], 0
-        for task in tasks:
-            models, size = round_trip(task.models, self.encoding)
-            sent.append(replace(task, models=models))
-            bytes_down += size
-        outcome = self.inner.fit(server_round, sent)
-        original = {task.client_id: task.models for task in tasks}
-        results, bytes_up = [], 0
-        for result in outcome.results:
-            decoded, size = round_trip({"weights": result.weights}, self.encoding)
-            weights = decoded["weights"]
-            delta = weights - original[result.client_id][result.model_key]
-            results.append(replace(result, weights=weights, delta=delta))
-            bytes_up += size
-        return FitOutcome(tuple(results), outcome.failures, bytes_down, bytes_up)
-
-    def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
-        sent = [replace(task, models=round_trip(task.models, self.encoding)[0]) for task in tasks]
-        return self.inner.evaluate(server_round, sent)
+    return WireCodec(encoding, DEFAULT_MAX_PAYLOAD_BYTES)(models)
 
 
 # -- part "bytes" ----------------------------------------------------------------------------
@@ -192,12 +144,7 @@ def simulate(
 ) -> runner.SimResult:
     """One quick-profile run with every weight passing through ``encoding``."""
     config = profile("quick", seed=seed, rounds=rounds)
-
-    def fleet(federation: Federation, model: nn.Module, **options: Any) -> EncodedFleet:
-        return EncodedFleet(InProcessFleet(federation, model, **options), encoding)
-
-    with mock.patch.object(runner, "InProcessFleet", fleet):
-        return runner.run_simulation(config, federation=federation)
+    return runner.run_simulation(config, federation=federation, codec=WireCodec(encoding))
 
 
 def sim_part(seeds: Sequence[int], rounds: int | None) -> None:

@@ -1,8 +1,9 @@
 """How the round engine reaches clients, whatever carries the messages.
 
 The engine only ever calls a :class:`Fleet`. The in-process simulator
-(:class:`faultfleet_apps.simulation.fleet.InProcessFleet`) implements it by training clients
-directly; the MQTT transport implements it by publishing tasks and collecting answers
+(:class:`faultfleet_apps.simulation.fleet.InProcessFleet`) implements it by answering every
+task in this process with the agents' own client executor (:mod:`edge_agent.executor`); the
+MQTT transport implements it by publishing tasks and collecting answers
 until a deadline. Clients that do not answer come back as :class:`~faultfleet.tasks.Failure`
 entries, never as exceptions.
 

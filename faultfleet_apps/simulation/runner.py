@@ -35,6 +35,7 @@ from faultfleet_apps.simulation.membership import (
     refuse_fixed_membership,
     restore_members,
 )
+from faultfleet_apps.simulation.wire_codec import WeightCodec
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
 from signal_pipeline.overlap import overlapping_labels
@@ -155,10 +156,13 @@ def build_federation(config: SimConfig, progress: ProgressCallback | None = None
     )
 
 
-def make_engine(config: SimConfig, federation: Federation) -> RoundEngine:
+def make_engine(
+    config: SimConfig, federation: Federation, *, codec: WeightCodec | None = None
+) -> RoundEngine:
     """Wire the strategy, the in-process fleet and the engine for ``config``.
 
-    The engine starts with the federation's clients less those that join later.
+    The engine starts with the federation's clients less those that join later. ``codec``
+    carries the fleet's weights as the wire would (:mod:`~faultfleet_apps.simulation.wire_codec`).
 
     Raises
     ------
@@ -171,7 +175,7 @@ def make_engine(config: SimConfig, federation: Federation) -> RoundEngine:
     schedule = membership_schedule(config, federation)
     device = select_device(config.device)
     template = build_model(config.model, federation.sample_shape, federation.n_classes)
-    fleet = InProcessFleet(federation, template, device=device)
+    fleet = InProcessFleet(federation, template, device=device, codec=codec)
     if schedule:
         fleet.set_clients(schedule.members(1))
     strategy = make_strategy(
@@ -212,6 +216,7 @@ def run_simulation(
     resume: bool = False,
     stop_after: int | None = None,
     clock: Clock = time.perf_counter,
+    codec: WeightCodec | None = None,
 ) -> SimResult:
     """Run ``config`` to its last round (or to round ``stop_after``) and return the result.
 
@@ -228,10 +233,16 @@ def run_simulation(
         members are those the restored strategy holds, checked against the schedule.
     stop_after : int, optional
         Stop after this round (for tests of resumption); the result covers rounds so far.
+    clock : callable
+        Seconds, for the wall times of the result and of every round.
+    codec : WeightCodec, optional
+        Carry every task's and answer's weights through this codec, as the wire would
+        (:class:`~faultfleet_apps.simulation.wire_codec.WireCodec` for an encoding of
+        ``[wire]``); byte counts become its encoded sizes. Default: weights pass untouched.
     """
     start = clock()
     federation = federation or build_federation(config)
-    engine = make_engine(config, federation)
+    engine = make_engine(config, federation, codec=codec)
     schedule = membership_schedule(config, federation)
     joiners = {client for client, _ in config.joins}
     history: list[RoundRecord] = []

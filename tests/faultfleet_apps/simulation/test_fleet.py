@@ -224,6 +224,6 @@ def test_evaluate_failures() -> None:
     assert outcome.results == ()
     assert [f.reason for f in outcome.failures] == [
         "client is offline",
-        "client holds no test samples",
+        "this agent holds no test windows",
         "unknown client: not in federation 'toy'",
     ]

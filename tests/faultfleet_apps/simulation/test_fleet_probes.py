@@ -84,10 +84,10 @@ def test_losses_failures() -> None:
     assert [r.client_id for r in outcome.results] == ["e"]
     assert [(f.client_id, f.reason) for f in outcome.failures] == [
         ("a", "client is offline"),
-        ("e", "client holds no test samples"),
+        ("e", "this agent holds no test windows"),
         ("nobody", "unknown client: not in federation 'toy'"),
         ("t", "task carries no model"),
-        ("t", "client holds no train samples"),
+        ("t", "this agent holds no train windows"),
     ]
 
 
@@ -148,7 +148,7 @@ def test_gradients_failures() -> None:
     assert [r.client_id for r in outcome.results] == ["e"]
     assert [(f.client_id, f.reason) for f in outcome.failures] == [
         ("a", "client is offline"),
-        ("t", "client holds no training samples"),
+        ("t", "this agent holds no training windows"),
         ("nobody", "unknown client: not in federation 'toy'"),
         ("e", "task carries no model"),
     ]

@@ -24,6 +24,7 @@ from faultfleet_apps.simulation.runner import (
     membership_schedule,
     run_simulation,
 )
+from faultfleet_apps.simulation.wire_codec import WeightCodec
 from signal_pipeline.federation import Federation
 from tests.faultfleet_apps.simulation.test_runner import TINY
 
@@ -73,8 +74,10 @@ def engines(monkeypatch: pytest.MonkeyPatch) -> list[RoundEngine]:
     """Every engine ``run_simulation`` makes, to read its clusters after each round."""
     made: list[RoundEngine] = []
 
-    def keeping(config: SimConfig, federation: Federation) -> RoundEngine:
-        made.append(make_engine(config, federation))
+    def keeping(
+        config: SimConfig, federation: Federation, *, codec: WeightCodec | None = None
+    ) -> RoundEngine:
+        made.append(make_engine(config, federation, codec=codec))
         return made[-1]
 
     monkeypatch.setattr(runner, "make_engine", keeping)
