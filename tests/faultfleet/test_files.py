@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import IO
 
 import pytest
 
-from faultfleet.files import atomic_write
+from faultfleet.files import PRIVATE_MODE, atomic_write
 
 
 def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
@@ -41,3 +43,50 @@ def test_write_creates_parent_folders(tmp_path: Path) -> None:
     # Assert
     assert written == path
     assert path.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize(
+    ("umask", "mode", "expected"),
+    [
+        (0o022, None, 0o644),
+        (0o002, None, 0o664),
+        (0o077, None, 0o600),
+        (0o000, PRIVATE_MODE, 0o600),
+        (0o022, PRIVATE_MODE, 0o600),
+    ],
+)
+def test_new_files_get_the_umask_permissions_and_private_ones_0600(
+    tmp_path: Path, umask: int, mode: int | None, expected: int
+) -> None:
+    # Prepare
+    path = tmp_path / "recording.npz"
+    previous = os.umask(umask)
+
+    # Execute
+    try:
+        if mode is None:
+            atomic_write(path, lambda handle: handle.write(b"x"))
+        else:
+            atomic_write(path, lambda handle: handle.write(b"x"), mode=mode)
+    finally:
+        os.umask(previous)
+
+    # Assert
+    assert stat.S_IMODE(path.stat().st_mode) == expected
+
+
+def test_a_replaced_file_takes_the_new_permissions(tmp_path: Path) -> None:
+    # Prepare: an old private file
+    path = tmp_path / "summary.json"
+    atomic_write(path, lambda handle: handle.write(b"old"), mode=PRIVATE_MODE)
+    previous = os.umask(0o022)
+
+    # Execute
+    try:
+        atomic_write(path, lambda handle: handle.write(b"new"))
+    finally:
+        os.umask(previous)
+
+    # Assert
+    assert path.read_bytes() == b"new"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

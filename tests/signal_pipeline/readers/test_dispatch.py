@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +123,20 @@ def test_every_writer_round_trips_signal_and_rate(tmp_path: Path, suffix: str) -
     assert written.is_file()
     np.testing.assert_array_equal(again.signal, original.signal)
     assert again.fs_hz == pytest.approx(original.fs_hz, rel=1e-6)
+
+
+@pytest.mark.parametrize("suffix", WRITABLE_SUFFIXES)
+def test_a_written_recording_is_readable_by_others_under_umask_022(
+    tmp_path: Path, suffix: str
+) -> None:
+    # Prepare: the usual umask of a plant engineer's shell
+    previous = os.umask(0o022)
+
+    # Execute
+    try:
+        path = write_recording(sine_recording(), tmp_path / f"rec{suffix}")
+    finally:
+        os.umask(previous)
+
+    # Assert: the agent's service user (another user of the group or not) may read it
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
