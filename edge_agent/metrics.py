@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from edge_agent.incoming import IncomingRefusal
 from edge_agent.model_intake import ModelRejectReason
 from faultfleet.wire.codec import RejectReason
 
@@ -104,6 +105,13 @@ class AgentMetrics:
             ["reason"],
             registry=reg,
         )
+        self.incoming_files_refused = Counter(
+            "faultfleet_incoming_files_refused_total",
+            "Files of a recordings folder's incoming/ not diagnosed, by reason (outside_folder, "
+            "too_large, unreadable).",
+            ["reason"],
+            registry=reg,
+        )
         self.broker_connected = Gauge(
             "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
         )
@@ -112,6 +120,8 @@ class AgentMetrics:
             self.models_rejected.labels(reason=model_reason.value)
         for task_reason in TASK_REJECT_REASONS:
             self.tasks_rejected.labels(reason=task_reason.value)
+        for incoming_reason in IncomingRefusal:
+            self.incoming_files_refused.labels(reason=incoming_reason.value)
         self._class_names: tuple[str, ...] = ()
         self.set_class_names(class_names)
 
@@ -181,6 +191,10 @@ class AgentMetrics:
     def task_rejected(self, reason: RejectReason) -> None:
         """Count one task frame refused before any work."""
         self.tasks_rejected.labels(reason=RejectReason(reason).value).inc()
+
+    def incoming_refused(self, reason: IncomingRefusal) -> None:
+        """Count one file of ``incoming/`` refused or unreadable."""
+        self.incoming_files_refused.labels(reason=IncomingRefusal(reason).value).inc()
 
     def set_connected(self, connected: bool) -> None:
         """Record whether the agent is connected to the broker."""

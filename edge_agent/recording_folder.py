@@ -12,9 +12,10 @@ One folder per agent, holding one machine::
 
 * **Training.** The manifest uses the format of :mod:`signal_pipeline.readers.manifest`
   (``path, machine_id, label`` and optional ``fs_hz, rpm, channel, time_column``; paths
-  relative to the folder). Every entry must name the same ``machine_id``. Each recording is
-  cut in time into train | validation | test segments (0.7/0.15/0.15 by default) before
-  windowing, as :func:`signal_pipeline.scenarios.manifest_federation` does; classes are
+  relative to the folder, and inside it unless ``manifest_outside_folder`` allows more).
+  Every entry must name the same ``machine_id``. Each recording is cut in time into
+  train | validation | test segments (0.7/0.15/0.15 by default) before windowing, as
+  :func:`signal_pipeline.scenarios.manifest_federation` does; classes are
   ``label 0`` … ``label <max label>``. Without a manifest the agent only diagnoses.
 * **Diagnosis.** Drop recordings into ``incoming/`` in any format the readers support
   (``.npz``, ``.wav``, ``.csv``, ``.npy``, ``.mat``; files whose name starts with ``.`` are
@@ -24,28 +25,36 @@ One folder per agent, holding one machine::
   name and renaming it into place is the safest way to drop a file. A window's true label
   is the label stored in the recording (``.npz``), else unknown. A file that cannot be
   read is logged with its name and skipped; later files still stream.
-* **Bookkeeping.** ``.faultfleet-processed`` holds one JSON line per finished file
-  (name, size, modification time, ``done`` or ``failed``), so a restarted agent does not
-  diagnose a file again; the same name with new contents is diagnosed again. The file is
+* **Refusals** (:mod:`edge_agent.incoming`). A symbolic link whose target resolves outside
+  the folder, and a file of more than ``max_incoming_bytes`` of content, are refused
+  before they are read: logged with the file's name and the rule, counted through
+  ``on_refused``, recorded in the ledger and left where they are.
+* **Bookkeeping.** ``.faultfleet-processed`` holds one JSON line per handled file (name,
+  size, modification time, ``done``, ``failed`` or ``refused``), so a restarted agent does
+  not diagnose a file again; the same name with new contents is diagnosed again. The file is
   appended to while streaming and, at stream start, compacted to the files still present.
   A file interrupted by a stop before its last window is streamed again after a restart.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
 
+from edge_agent.incoming import (
+    FileKey,
+    IncomingRefusal,
+    ProcessedLedger,
+    file_key,
+    refusal,
+    scan,
+)
 from edge_agent.source_types import Pacer, Window, check_interval
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.errors import UsageError
-from faultfleet.files import atomic_write
 from signal_pipeline.federation import ClientData
 from signal_pipeline.readers import load_manifest, read_recording
 from signal_pipeline.recording import RecordingError
@@ -58,97 +67,9 @@ logger = logging.getLogger(__name__)
 MANIFEST_NAMES = ("manifest.csv", "manifest.toml")
 INCOMING_FOLDER = "incoming"
 PROCESSED_FILE = ".faultfleet-processed"
+DEFAULT_MAX_INCOMING_BYTES = 64_000_000
 
-FileKey = tuple[str, int, int]
-"""An incoming file as remembered: (name, size in bytes, modification time in ns)."""
-
-
-class ProcessedLedger:
-    """The append-only list of incoming files already streamed (one JSON line each)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.entries: dict[FileKey, str] = {}
-        self._needs_newline = False
-        if path.exists():
-            raw = path.read_bytes()
-            self._needs_newline = bool(raw) and not raw.endswith(b"\n")
-            for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
-                if line.strip():
-                    self._load_line(number, line)
-
-    def _load_line(self, number: int, line: str) -> None:
-        try:
-            entry = json.loads(line)
-            key = (entry["name"], entry["size_bytes"], entry["mtime_ns"])
-            status = str(entry.get("status", "done"))
-        except (ValueError, TypeError, KeyError) as exc:
-            logger.warning("%s: skipping unreadable line %d (%s)", self.path, number, exc)
-            return
-        if not (isinstance(key[0], str) and isinstance(key[1], int) and isinstance(key[2], int)):
-            logger.warning("%s: skipping line %d with bad field types", self.path, number)
-            return
-        self.entries[key] = status
-
-    def __contains__(self, key: FileKey) -> bool:
-        return key in self.entries
-
-    def add(self, key: FileKey, status: str) -> None:
-        """Remember ``key`` as ``status`` ("done" or "failed"), durably."""
-        line = _ledger_line(key, status)
-        with self.path.open("a", encoding="utf-8") as handle:
-            if self._needs_newline:
-                handle.write("\n")  # end a line torn by a power cut, keep ours whole
-                self._needs_newline = False
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-        self.entries[key] = status
-
-    def retain(self, present: set[FileKey]) -> None:
-        """Forget files no longer present; rewrites the file atomically when it shrinks."""
-        kept = {key: status for key, status in self.entries.items() if key in present}
-        if len(kept) == len(self.entries) and not self._needs_newline:
-            return
-
-        def write(handle: IO[bytes]) -> None:
-            for key, status in sorted(kept.items()):
-                handle.write(_ledger_line(key, status).encode("utf-8"))
-
-        atomic_write(self.path, write)
-        self.entries, self._needs_newline = kept, False
-
-
-def _ledger_line(key: FileKey, status: str) -> str:
-    name, size, mtime_ns = key
-    entry = {"name": name, "size_bytes": size, "mtime_ns": mtime_ns, "status": status}
-    return json.dumps(entry) + "\n"
-
-
-def _file_key(path: Path) -> FileKey | None:
-    """(name, size, mtime) of ``path``, or None when it is gone."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return (path.name, stat.st_size, stat.st_mtime_ns)
-
-
-def _scan(folder: Path) -> dict[str, FileKey]:
-    """Regular, non-hidden files of ``folder`` by name, with their size and mtime."""
-    found: dict[str, FileKey] = {}
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                if not entry.is_file():
-                    continue
-                stat = entry.stat()
-            except FileNotFoundError:
-                continue  # removed between listing and stat
-            found[entry.name] = (entry.name, stat.st_size, stat.st_mtime_ns)
-    return found
+__all__ = ["PROCESSED_FILE", "ProcessedLedger", "RecordingFolderSource"]
 
 
 class RecordingFolderSource:
@@ -179,6 +100,13 @@ class RecordingFolderSource:
     clock : Clock
         Paces the stream, spaces the polls and stamps the windows (the system clock by
         default).
+    manifest_outside_folder : bool
+        Accept manifest entries naming files outside ``path`` (refused by default).
+    max_incoming_bytes : int
+        Largest content of an incoming file, bytes (see :func:`edge_agent.incoming.refusal`).
+    on_refused : callable, optional
+        Called with the :class:`~edge_agent.incoming.IncomingRefusal` of every incoming file
+        refused or unreadable (the agent counts them).
     """
 
     def __init__(
@@ -195,6 +123,9 @@ class RecordingFolderSource:
         time_column: str | int | None = None,
         class_names: Sequence[str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        manifest_outside_folder: bool = False,
+        max_incoming_bytes: int = DEFAULT_MAX_INCOMING_BYTES,
+        on_refused: Callable[[IncomingRefusal], None] | None = None,
     ) -> None:
         self.path = Path(path)
         if not self.path.is_dir():
@@ -222,6 +153,11 @@ class RecordingFolderSource:
         self.channel = channel
         self.time_column = time_column
         self.clock = clock
+        self.manifest_outside_folder = manifest_outside_folder
+        if isinstance(max_incoming_bytes, bool) or max_incoming_bytes < 1:
+            raise UsageError(f"max_incoming_bytes must be >= 1, got {max_incoming_bytes!r}")
+        self.max_incoming_bytes = max_incoming_bytes
+        self.on_refused = on_refused
         self.incoming = self.path / INCOMING_FOLDER
         self.ledger_path = self.path / PROCESSED_FILE
         self._class_names = None if class_names is None else tuple(class_names)
@@ -255,7 +191,10 @@ class RecordingFolderSource:
         assert self.manifest is not None, "only called when the folder has a manifest"
         with self._lock:
             if self._training is None:
-                machines = sorted({entry.machine_id for entry in load_manifest(self.manifest)})
+                entries = load_manifest(
+                    self.manifest, allow_outside_folder=self.manifest_outside_folder
+                )
+                machines = sorted({entry.machine_id for entry in entries})
                 if len(machines) > 1:
                     raise RecordingError(
                         self.manifest,
@@ -269,6 +208,7 @@ class RecordingFolderSource:
                     stride=self.stride,
                     fractions=self.fractions,
                     split_by="time",
+                    allow_outside_folder=self.manifest_outside_folder,
                 )
                 self._training = (federation.clients[0], federation.class_names)
             return self._training
@@ -277,11 +217,11 @@ class RecordingFolderSource:
         """Windows of each new recording in ``incoming/``, once each, until ``stop`` is set."""
         self.incoming.mkdir(parents=True, exist_ok=True)
         ledger = ProcessedLedger(self.ledger_path)
-        ledger.retain(set(_scan(self.incoming).values()))
+        ledger.retain(set(scan(self.incoming).values()))
         pacer = Pacer(self.interval_s, stop, self.clock)
         previous: dict[str, FileKey] = {}
         while not stop.is_set():
-            current = _scan(self.incoming)
+            current = scan(self.incoming)
             stable = [
                 key
                 for name, key in current.items()
@@ -299,6 +239,13 @@ class RecordingFolderSource:
         name = key[0]
         path = self.incoming / name
         try:
+            refused = refusal(path, self.path, self.max_incoming_bytes)
+        except FileNotFoundError:
+            return  # removed since the scan
+        if refused is not None:
+            self._refuse(key, ledger, *refused)
+            return
+        try:
             recording = read_recording(
                 path,
                 fs_hz=self.fs_hz,
@@ -309,8 +256,9 @@ class RecordingFolderSource:
         except RecordingError as exc:
             logger.warning("skipping incoming recording %s: %s", name, exc)
             ledger.add(key, "failed")
+            self._count(IncomingRefusal.UNREADABLE)
             return
-        if _file_key(path) != key:
+        if file_key(path) != key:
             logger.info("incoming recording %s changed while being read; retrying later", name)
             return
         logger.info("diagnosing incoming recording %s: %d windows", name, len(windows))
@@ -326,3 +274,14 @@ class RecordingFolderSource:
                 true_label=recording.label,
                 origin=f"{name} @ sample {number * self.stride}",
             )
+
+    def _refuse(
+        self, key: FileKey, ledger: ProcessedLedger, reason: IncomingRefusal, why: str
+    ) -> None:
+        logger.warning("refusing incoming file (%s): %s; it stays where it is", reason, why)
+        ledger.add(key, "refused")
+        self._count(reason)
+
+    def _count(self, reason: IncomingRefusal) -> None:
+        if self.on_refused is not None:
+            self.on_refused(reason)

@@ -42,6 +42,12 @@ class SourceSettings(BaseModel):
     """Sampling rate of a live sensor."""
     poll_s: Annotated[float, Field(gt=0)] = 2.0
     """How often ``incoming/`` is scanned for new recordings."""
+    manifest_outside_folder: bool = False
+    """Accept manifest entries naming files outside the recordings folder (after resolving
+    ``..`` and symbolic links); refused by default."""
+    max_incoming_bytes: Positive = 64_000_000
+    """Largest file taken from ``incoming/``; a larger one is refused and left in place
+    (a 200 MB recording needs about 9 times its size in memory while it is windowed)."""
 
     @model_validator(mode="after")
     def _path_for_recordings(self) -> SourceSettings:

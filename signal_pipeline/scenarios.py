@@ -342,6 +342,7 @@ def manifest_federation(
     fractions: SplitFractions | None = None,
     split_by: str = "time",
     seed: int = 0,
+    allow_outside_folder: bool = False,
 ) -> Federation:
     """A federation of a plant's own labelled recordings, one client per machine.
 
@@ -357,6 +358,9 @@ def manifest_federation(
         Cut each recording in time, or assign whole recordings to splits.
     seed : int
         Seeds the assignment of recordings when ``split_by="recording"``.
+    allow_outside_folder : bool
+        Accept listed files outside the manifest's folder (see
+        :func:`~signal_pipeline.readers.load_manifest`).
 
     The ground-truth group of a machine is the set of labels it holds: machines with the
     same set of conditions share a group.
@@ -365,7 +369,7 @@ def manifest_federation(
         raise UsageError(f"split_by must be 'time' or 'recording', got {split_by!r}")
     fractions = fractions or SplitFractions()
     step = stride or window_length
-    recordings = read_manifest(manifest)
+    recordings = read_manifest(manifest, allow_outside_folder=allow_outside_folder)
     by_machine: dict[str, list[Recording]] = {}
     for recording in recordings:
         by_machine.setdefault(recording.machine_id or "unknown", []).append(recording)

@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import torch
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings
+from edge_agent.incoming import IncomingRefusal
 from edge_agent.metrics import AgentMetrics
 from edge_agent.retire import RetireError, retire_agent
 from edge_agent.service import AgentService
@@ -142,9 +143,13 @@ def _machine_range(text: str) -> range:
 
 
 def build_source(
-    source: SourceSettings, interval_s: float, class_names: tuple[str, ...]
+    source: SourceSettings,
+    interval_s: float,
+    class_names: tuple[str, ...],
+    on_refused: Callable[[IncomingRefusal], None] | None = None,
 ) -> WindowSource:
-    """The window source the settings describe."""
+    """The window source the settings describe; ``on_refused`` counts the incoming files a
+    recordings folder refuses."""
     if source.kind == "simulated":
         return SimulatedMachineSource(
             scenario=source.scenario,
@@ -162,6 +167,9 @@ def build_source(
             window_length=source.window_length,
             interval_s=interval_s,
             poll_s=source.poll_s,
+            manifest_outside_folder=source.manifest_outside_folder,
+            max_incoming_bytes=source.max_incoming_bytes,
+            on_refused=on_refused,
         )
     return LiveSensorSource(
         (1, source.window_length), class_names or MIXED_FAULT_CLASS_NAMES, fs_hz=source.fs_hz
@@ -216,8 +224,12 @@ def run_agent(args: argparse.Namespace) -> int:
     if machines is not None:
         torch.set_num_threads(1)
     compute_lock = threading.Lock()
-    sources = [build_source(c.source, c.diagnosis.interval_s, ()) for c in configs]
-    metrics = AgentMetrics(class_names=sources[0].class_names)
+    metrics = AgentMetrics()
+    sources = [
+        build_source(c.source, c.diagnosis.interval_s, (), metrics.incoming_refused)
+        for c in configs
+    ]
+    metrics.set_class_names(sources[0].class_names)
     server = serve_metrics(settings.metrics, metrics.registry)
     failed: list[str] = []
     try:

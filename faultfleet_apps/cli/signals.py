@@ -216,6 +216,12 @@ def add_signals_commands(commands: Any) -> None:
     fed.add_argument(
         "--split-by", choices=["time", "recording"], default="time", help="manifest only"
     )
+    fed.add_argument(
+        "--manifest-outside-folder",
+        action="store_true",
+        help="accept manifest entries that name files outside the manifest's folder "
+        "(refused by default)",
+    )
     fed.set_defaults(handler=run_federation)
 
 
@@ -319,6 +325,7 @@ def run_federation(args: argparse.Namespace) -> int:
             window_length=args.window_length,
             split_by=args.split_by,
             seed=args.seed,
+            allow_outside_folder=args.manifest_outside_folder,
         )
     else:
         settings = VibrationSettings(

@@ -18,6 +18,12 @@ field           required  meaning
 In a CSV manifest an empty cell means "not given", and a ``channel`` or
 ``time_column`` made of digits is a 0-based index.
 
+Every listed file must lie in the manifest's folder or below it, once ``..`` and symbolic
+links are resolved: a manifest cannot make a reader open ``/etc/passwd`` or another
+plant's data. Pass ``allow_outside_folder=True`` (the agent's ``[source]
+manifest_outside_folder``, ``faultfleet signals federation --manifest-outside-folder``) to
+accept files anywhere.
+
 Example (TOML)::
 
     [[recording]]
@@ -83,21 +89,30 @@ class ManifestEntry:
     time_column: str | int | None = None
 
 
-def load_manifest(path: str | Path) -> list[ManifestEntry]:
+def load_manifest(path: str | Path, *, allow_outside_folder: bool = False) -> list[ManifestEntry]:
     """Parse and check a ``.csv`` or ``.toml`` manifest, without reading the recordings.
+
+    Parameters
+    ----------
+    path : str or Path
+        The manifest.
+    allow_outside_folder : bool
+        Accept listed files outside the manifest's folder (refused by default).
 
     Raises
     ------
     RecordingError
         Naming the manifest and the row (CSV, 1-based data row) or entry (TOML, 1-based)
-        for unknown or missing fields, bad values, files that do not exist, duplicate
-        entries, or a manifest without entries.
+        for unknown or missing fields, bad values, files outside the manifest's folder,
+        files that do not exist, duplicate entries, or a manifest without entries.
     """
-    return [entry for _, entry in _load_entries(Path(path))]
+    return [entry for _, entry in _load_entries(Path(path), allow_outside_folder)]
 
 
-def read_manifest(path: str | Path) -> list[Recording]:
+def read_manifest(path: str | Path, *, allow_outside_folder: bool = False) -> list[Recording]:
     """Read every recording a manifest lists, with its machine id and label.
+
+    ``allow_outside_folder`` as for :func:`load_manifest`.
 
     Returns
     -------
@@ -112,7 +127,7 @@ def read_manifest(path: str | Path) -> list[Recording]:
     """
     manifest = Path(path)
     recordings = []
-    for where, entry in _load_entries(manifest):
+    for where, entry in _load_entries(manifest, allow_outside_folder):
         try:
             recording = read_recording(
                 entry.path,
@@ -130,7 +145,7 @@ def read_manifest(path: str | Path) -> list[Recording]:
     return recordings
 
 
-def _load_entries(manifest: Path) -> list[tuple[str, ManifestEntry]]:
+def _load_entries(manifest: Path, allow_outside_folder: bool) -> list[tuple[str, ManifestEntry]]:
     suffix = manifest.suffix.lower()
     if suffix == ".csv":
         raw = _csv_rows(manifest)
@@ -143,7 +158,9 @@ def _load_entries(manifest: Path) -> list[tuple[str, ManifestEntry]]:
         )
     if not raw:
         raise RecordingError(manifest, "lists no recordings; add at least one entry")
-    entries = [(where, _entry(manifest, where, fields)) for where, fields in raw]
+    entries = [
+        (where, _entry(manifest, where, fields, allow_outside_folder)) for where, fields in raw
+    ]
     seen: dict[tuple[Path, str | int | None, str | int | None], str] = {}
     for where, entry in entries:
         key = (entry.path, entry.channel, entry.time_column)
@@ -223,13 +240,17 @@ def _toml_entries(manifest: Path) -> list[tuple[str, dict[str, object]]]:
     return entries
 
 
-def _entry(manifest: Path, where: str, fields: dict[str, object]) -> ManifestEntry:
+def _entry(
+    manifest: Path, where: str, fields: dict[str, object], allow_outside_folder: bool
+) -> ManifestEntry:
     for name in REQUIRED_FIELDS:
         if name not in fields:
             raise RecordingError(manifest, f"{where}: missing required field {name!r}")
     raw_path = _text(manifest, where, "path", fields["path"])
     machine_id = _text(manifest, where, "machine_id", fields["machine_id"])
     file_path = manifest.parent / Path(raw_path).expanduser()
+    if not allow_outside_folder:
+        _check_inside(manifest, where, raw_path, file_path)
     if not file_path.is_file():
         raise RecordingError(
             manifest,
@@ -245,6 +266,21 @@ def _entry(manifest: Path, where: str, fields: dict[str, object]) -> ManifestEnt
         channel=_column(manifest, where, "channel", fields.get("channel")),
         time_column=_column(manifest, where, "time_column", fields.get("time_column")),
     )
+
+
+def _check_inside(manifest: Path, where: str, raw_path: str, file_path: Path) -> None:
+    """Refuse a listed file that resolves (``..``, symbolic links) outside the manifest's
+    folder."""
+    folder = manifest.parent.resolve()
+    resolved = file_path.resolve()
+    if not resolved.is_relative_to(folder):
+        raise RecordingError(
+            manifest,
+            f"{where}: listed file {raw_path!r} resolves to {resolved}, outside the "
+            f"manifest's folder {folder}; move the recording into that folder, or allow "
+            "files elsewhere ([source] manifest_outside_folder = true for an agent, "
+            "--manifest-outside-folder for faultfleet signals federation)",
+        )
 
 
 def _text(manifest: Path, where: str, name: str, value: object) -> str:

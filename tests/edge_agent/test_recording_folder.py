@@ -274,7 +274,7 @@ def test_ledger_skips_a_torn_line_and_forgets_files_that_are_gone(
         '{"name": "c.np'
     )
 
-    with caplog.at_level(logging.WARNING, logger="edge_agent.recording_folder"):
+    with caplog.at_level(logging.WARNING, logger="edge_agent.incoming"):
         ledger = ProcessedLedger(path)
     ledger.add(("d.npz", 1, 2), "done")
     ledger.retain({("b.npz", 20, 6), ("d.npz", 1, 2)})

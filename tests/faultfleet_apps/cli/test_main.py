@@ -146,6 +146,31 @@ def test_federation_summarises_a_manifest(
     assert "m1" in out
 
 
+def test_federation_refuses_a_manifest_reaching_outside_its_folder_unless_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Prepare: the manifest sits in plant/, the recording beside that folder
+    recording = str(tmp_path / "m1-0.npz")
+    main(["signals", "simulate", "--label", "0", "--seconds", "2", "--out", recording])
+    (tmp_path / "plant").mkdir()
+    manifest = tmp_path / "plant" / "manifest.csv"
+    manifest.write_text("path,machine_id,label\n../m1-0.npz,m1,0\n")
+    capsys.readouterr()
+
+    # Execute
+    refused = main(["signals", "federation", "--manifest", str(manifest)])
+    error = capsys.readouterr().err
+    allowed = main(
+        ["signals", "federation", "--manifest", str(manifest), "--manifest-outside-folder"]
+    )
+
+    # Assert
+    assert refused == 2
+    assert "outside the manifest's folder" in error
+    assert "--manifest-outside-folder" in error
+    assert allowed == 0
+
+
 @pytest.mark.integration  # a broker, the coordinator and agents as processes
 @pytest.mark.timeout(600)
 def test_demo_writes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

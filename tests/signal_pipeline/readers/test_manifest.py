@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -113,11 +114,9 @@ def test_read_manifest_reads_every_entry(
 
 
 def test_absolute_paths_and_digit_channels(tmp_path: Path, data_dir: Path) -> None:
-    # Prepare: the manifest lives in another folder and names the file absolutely
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    # Prepare: the manifest names a file of its folder absolutely
     text = f"path,machine_id,label,channel\n{data_dir / 'b.csv'},m,3,1\n"
-    manifest = _write(elsewhere, "m.csv", text)
+    manifest = _write(tmp_path, "m.csv", text)
 
     # Execute
     (entry,) = load_manifest(manifest)
@@ -125,6 +124,43 @@ def test_absolute_paths_and_digit_channels(tmp_path: Path, data_dir: Path) -> No
     # Assert
     assert entry.path == data_dir / "b.csv"
     assert entry.channel == 1
+
+
+@pytest.mark.parametrize("listed", ["../data/b.csv", "ABSOLUTE", "link/b.csv", "~/b.csv"])
+def test_a_file_outside_the_manifest_folder_is_refused_naming_path_and_setting(
+    tmp_path: Path, data_dir: Path, listed: str
+) -> None:
+    # Prepare: the manifest lives in its own folder; data/ is beside it, not below
+    folder = tmp_path / "plant"
+    folder.mkdir()
+    (folder / "link").symlink_to(data_dir)  # a link inside the folder that leads out
+    listed = str(data_dir / "b.csv") if listed == "ABSOLUTE" else listed
+    manifest = _write(folder, "m.csv", f"path,machine_id,label\n{listed},m,0\n")
+
+    # Execute / Assert
+    with pytest.raises(
+        RecordingError,
+        match=names(manifest, rf"row 1: listed file '{re.escape(listed)}' resolves to .*outside")
+        + r".*manifest_outside_folder = true.*--manifest-outside-folder",
+    ):
+        load_manifest(manifest)
+    with pytest.raises(RecordingError, match="outside the manifest's folder"):
+        read_manifest(manifest)
+
+
+def test_a_setting_allows_files_outside_the_manifest_folder(tmp_path: Path, data_dir: Path) -> None:
+    # Prepare
+    folder = tmp_path / "plant"
+    folder.mkdir()
+    manifest = _write(folder, "m.csv", "path,machine_id,label\n../data/a.npz,m,0\n")
+
+    # Execute
+    (entry,) = load_manifest(manifest, allow_outside_folder=True)
+    (recording,) = read_manifest(manifest, allow_outside_folder=True)
+
+    # Assert
+    assert entry.path.resolve() == (data_dir / "a.npz").resolve()
+    assert recording.label == 0
 
 
 def test_mixed_rates_within_a_machine_are_refused(tmp_path: Path, data_dir: Path) -> None:
