@@ -38,7 +38,10 @@ _METADATA_TYPES: dict[str, type] = {
     "sha256": str,
     "input_shape": list,
     "n_classes": int,
+    "class_names": list,
 }
+_OPTIONAL_METADATA = frozenset({"class_names"})
+"""Keys a ``model.json`` written before they existed may lack."""
 
 _Session = Any
 """An ``onnxruntime.InferenceSession``; onnxruntime ships no type information."""
@@ -68,6 +71,9 @@ class LoadedModel:
         Shape of one window without the batch dimension, e.g. (1, 1024).
     n_classes : int
         Width of the probabilities output.
+    class_names : tuple[str, ...]
+        Name of each output class, as the coordinator announced them with the model;
+        empty when unknown (a model saved before names were stored).
     """
 
     version: int
@@ -75,6 +81,14 @@ class LoadedModel:
     sha256: str
     input_shape: tuple[int, ...]
     n_classes: int
+    class_names: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """One name per output class: the announced names, or ``class <i>`` when they are
+        missing or do not fit the model's width."""
+        if len(self.class_names) == self.n_classes:
+            return self.class_names
+        return tuple(f"class {i}" for i in range(self.n_classes))
 
 
 @dataclass(frozen=True)
@@ -160,7 +174,15 @@ class OnnxDiagnoser:
         with self._swap_lock:
             return None if self._current is None else self._current[1]
 
-    def load(self, onnx_bytes: bytes, *, sha256: str, version: int, cluster_id: str) -> LoadedModel:
+    def load(
+        self,
+        onnx_bytes: bytes,
+        *,
+        sha256: str,
+        version: int,
+        cluster_id: str,
+        class_names: tuple[str, ...] = (),
+    ) -> LoadedModel:
         """Verify an ONNX model and make it the active one.
 
         Parameters
@@ -174,6 +196,8 @@ class OnnxDiagnoser:
             Version to report with predictions (≥ 0); need not exceed the active one.
         cluster_id : str
             Cluster the model belongs to.
+        class_names : tuple of str
+            Names of the output classes, kept with the model (see :meth:`LoadedModel.names`).
 
         Returns
         -------
@@ -200,7 +224,9 @@ class OnnxDiagnoser:
         with self._load_lock:
             session = self._session(onnx_bytes, version)
             n_classes = self._checked_graph(session, version)
-            loaded = LoadedModel(version, cluster_id, actual, self.sample_shape, n_classes)
+            loaded = LoadedModel(
+                version, cluster_id, actual, self.sample_shape, n_classes, tuple(class_names)
+            )
             with self._swap_lock:
                 self._current = (session, loaded)
         logger.info(
@@ -380,9 +406,19 @@ class ModelStore:
 
 def _model_from_json(data: Any) -> LoadedModel:
     """Rebuild :class:`LoadedModel` from its JSON form; ValueError if malformed."""
-    if not isinstance(data, dict) or set(data) != set(_METADATA_TYPES):
+    required = set(_METADATA_TYPES) - _OPTIONAL_METADATA
+    if not isinstance(data, dict) or not required <= set(data) <= set(_METADATA_TYPES):
         raise ValueError(f"expected exactly the keys {sorted(_METADATA_TYPES)}, not {data!r:.200}")
+    data = {"class_names": [], **data}
     wrong = [key for key, kind in _METADATA_TYPES.items() if not isinstance(data[key], kind)]
     if wrong or not all(isinstance(n, int) for n in data["input_shape"]):
         raise ValueError(f"fields {wrong or ['input_shape']} have the wrong type in {data!r:.200}")
-    return LoadedModel(**{**data, "input_shape": tuple(data["input_shape"])})
+    if not all(isinstance(name, str) for name in data["class_names"]):
+        raise ValueError(f"class_names must be strings in {data!r:.200}")
+    return LoadedModel(
+        **{
+            **data,
+            "input_shape": tuple(data["input_shape"]),
+            "class_names": tuple(data["class_names"]),
+        }
+    )

@@ -83,7 +83,11 @@ class ModelUpdates:
                 return None
             onnx_bytes, model = saved
             self.diagnoser.load(
-                onnx_bytes, sha256=model.sha256, version=model.version, cluster_id=model.cluster_id
+                onnx_bytes,
+                sha256=model.sha256,
+                version=model.version,
+                cluster_id=model.cluster_id,
+                class_names=model.class_names,
             )
         except ModelIntegrityError as error:
             logger.warning(
@@ -211,7 +215,11 @@ class ModelUpdates:
         header, body = frame.announcement, frame.onnx_bytes
         try:
             loaded = self.diagnoser.load(
-                body, sha256=header.sha256, version=header.version, cluster_id=header.cluster_id
+                body,
+                sha256=header.sha256,
+                version=header.version,
+                cluster_id=header.cluster_id,
+                class_names=header.class_names,
             )
         except ModelIntegrityError as error:
             refusal = ModelRefusedError(ModelRejectReason.UNLOADABLE, str(error))

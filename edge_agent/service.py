@@ -155,8 +155,24 @@ class AgentService:
     def _restore_model(self) -> None:
         model = self.models.restore()
         if model is not None:
+            self._use_class_names(model)
             self.metrics.set_model_version(model.version)
             logger.info("%s: diagnosing with saved model version %d", self.agent_id, model.version)
+
+    def _use_class_names(self, model: LoadedModel) -> None:
+        """Name diagnoses after the model's own classes (announced with it and saved beside
+        it), never after the local manifest, whose labels may be fewer."""
+        if len(model.class_names) != model.n_classes:
+            logger.warning(
+                "%s: model version %d names %d classes for %d outputs; diagnoses are named "
+                "'class <i>' until the next model arrives",
+                self.agent_id,
+                model.version,
+                len(model.class_names),
+                model.n_classes,
+            )
+        self.class_names = model.names()
+        self.metrics.set_class_names(self.class_names)
 
     def _status(self, state: str) -> bytes:
         active = self.diagnoser.active
@@ -192,8 +208,7 @@ class AgentService:
             self.metrics.model_rejected(ModelRejectReason.OVERSIZED)
 
     def _model_loaded(self, header: ModelAnnouncement, loaded: LoadedModel) -> None:
-        self.class_names = header.class_names
-        self.metrics.set_class_names(header.class_names)
+        self._use_class_names(loaded)
         self.connection.publish(
             self.topics.agent_status(self.agent_id), self._status("online"), retain=True
         )

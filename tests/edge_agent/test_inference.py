@@ -336,3 +336,49 @@ def test_store_refuses_bytes_that_do_not_match(
     with pytest.raises(ModelIntegrityError, match="refusing to store model v1"):
         ModelStore(tmp_path).save(exports[1].onnx_bytes, model)
     assert not (tmp_path / "model.json").exists()
+
+
+def test_class_names_travel_with_the_stored_model(
+    tmp_path: Path, exports: tuple[ExportedModel, ...]
+) -> None:
+    # Prepare: a model loaded with its announced names, saved as the agent does
+    exported = exports[0]
+    names = tuple(f"fault {i}" for i in range(N_CLASSES))
+    loaded = OnnxDiagnoser(SHAPE).load(
+        exported.onnx_bytes, sha256=exported.sha256, version=3, cluster_id="c0", class_names=names
+    )
+    ModelStore(tmp_path).save(exported.onnx_bytes, loaded)
+
+    # Execute: a restarted agent reads it back
+    saved = ModelStore(tmp_path).load()
+
+    # Assert
+    assert saved is not None
+    assert saved[1].class_names == names
+    assert saved[1].names() == names
+
+
+def test_a_model_saved_without_class_names_still_loads_and_names_every_output(
+    tmp_path: Path, exports: tuple[ExportedModel, ...]
+) -> None:
+    # Prepare: model.json as written before names were stored
+    store = ModelStore(tmp_path)
+    store.save(exports[0].onnx_bytes, LoadedModel(1, "c0", exports[0].sha256, SHAPE, N_CLASSES))
+    metadata = json.loads(store.metadata_path.read_text())
+    del metadata["class_names"]
+    store.metadata_path.write_text(json.dumps(metadata))
+
+    # Execute
+    saved = store.load()
+
+    # Assert
+    assert saved is not None
+    assert saved[1].class_names == ()
+    assert saved[1].names() == tuple(f"class {i}" for i in range(N_CLASSES))
+
+
+@pytest.mark.parametrize("count", [0, 2, N_CLASSES + 1])
+def test_names_that_do_not_fit_the_model_give_way_to_numbered_ones(count: int) -> None:
+    model = LoadedModel(1, "c0", "0" * 64, SHAPE, N_CLASSES, tuple(f"n{i}" for i in range(count)))
+
+    assert model.names() == tuple(f"class {i}" for i in range(N_CLASSES))

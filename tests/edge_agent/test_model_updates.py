@@ -98,6 +98,7 @@ def test_the_assigned_model_is_loaded_saved_and_restored_with_its_assignment(
     assert (model.version, loaded) == (2, ["c0"])
     assert restored is not None
     assert restored.version == 2
+    assert restored.class_names == CLASSES  # the model's names, not the local manifest's
     assert restarted.diagnoser.active is not None
     assert restarted.intake.assignment is not None
     assert restarted.intake.assignment.model_version == 2
