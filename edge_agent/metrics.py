@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from edge_agent.incoming import IncomingRefusal
 from edge_agent.model_intake import ModelRejectReason
+from edge_agent.supervision import AgentThread
 from faultfleet.wire.codec import RejectReason
 
 logger = logging.getLogger(__name__)
@@ -112,9 +113,42 @@ class AgentMetrics:
             ["reason"],
             registry=reg,
         )
+        self.tasks_queue_full = Counter(
+            "faultfleet_tasks_queue_full_total",
+            "Task frames answered task_failed on arrival because [tasks] max_queued tasks "
+            "were already waiting.",
+            registry=reg,
+        )
+        self.clock_skew_seconds = Gauge(
+            "faultfleet_clock_skew_seconds",
+            "This agent's clock minus the coordinator's at the last task (positive: the agent "
+            "is ahead; includes the task's transit time).",
+            registry=reg,
+        )
+        self.thread_errors = Counter(
+            "faultfleet_thread_errors_total",
+            "Exceptions caught in an agent thread, which carried on (tasks, diagnosis, "
+            "models, handler).",
+            ["thread"],
+            registry=reg,
+        )
+        self.thread_restarts = Counter(
+            "faultfleet_thread_restarts_total",
+            "Agent threads found ended and started again.",
+            ["thread"],
+            registry=reg,
+        )
+        self.diagnosis_log_failures = Counter(
+            "faultfleet_diagnosis_log_failures_total",
+            "Diagnoses published but not written to the local log (a full or failing disk).",
+            registry=reg,
+        )
         self.broker_connected = Gauge(
             "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
         )
+        for thread in AgentThread:
+            self.thread_errors.labels(thread=thread.value)
+            self.thread_restarts.labels(thread=thread.value)
         self.model_version.set(NO_MODEL_VERSION)
         for model_reason in ModelRejectReason:
             self.models_rejected.labels(reason=model_reason.value)
@@ -195,6 +229,14 @@ class AgentMetrics:
     def incoming_refused(self, reason: IncomingRefusal) -> None:
         """Count one file of ``incoming/`` refused or unreadable."""
         self.incoming_files_refused.labels(reason=IncomingRefusal(reason).value).inc()
+
+    def thread_error(self, thread: AgentThread) -> None:
+        """Count one exception caught in ``thread``."""
+        self.thread_errors.labels(thread=AgentThread(thread).value).inc()
+
+    def thread_restarted(self, thread: AgentThread) -> None:
+        """Count one restart of ``thread``."""
+        self.thread_restarts.labels(thread=AgentThread(thread).value).inc()
 
     def set_connected(self, connected: bool) -> None:
         """Record whether the agent is connected to the broker."""

@@ -7,10 +7,16 @@
   both must carry the coordinator's signature (:mod:`edge_agent.model_intake`);
 * a loader thread loads the model the verified assignment names (ONNX Runtime session,
   warm-up) and hot-swaps it (:class:`~edge_agent.inference.OnnxDiagnoser`);
-* a worker thread answers tasks one at a time (:class:`~edge_agent.task_runner.TaskRunner`);
+* a worker thread answers tasks one at a time from a bounded queue
+  (:class:`~edge_agent.task_worker.TaskWorker`, :class:`~edge_agent.task_runner.TaskRunner`);
 * a diagnosis thread takes windows from the source, runs the active ONNX model on each and
-  publishes and logs the diagnosis. Windows that arrive before the first model wait in a
-  bounded backlog; a model swap never drops a window.
+  publishes the diagnosis, then writes it to the local log — a full disk stops the log, not
+  the publishing. Windows that arrive before the first model wait in a bounded backlog; a
+  model swap never drops a window.
+
+No message can stop these threads (:mod:`edge_agent.supervision`): every loop catches the
+exceptions of its iterations, counted per thread and logged once per kind, and a
+supervisor starts again any thread that ended.
 
 The agent announces itself with a retained ``online`` status and leaves a retained
 ``offline`` last will; the connection reconnects with backoff on its own.
@@ -19,11 +25,9 @@ The agent announces itself with a retained ``online`` status and leaves a retain
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 from edge_agent.batching import select_device
 from edge_agent.diagnosis_log import DiagnosisLog
@@ -33,10 +37,19 @@ from edge_agent.model_intake import ModelIntake, ModelRejectReason
 from edge_agent.model_updates import ModelUpdates
 from edge_agent.settings import AgentSettings
 from edge_agent.sources import Window, WindowSource
-from edge_agent.task_runner import TaskRunner
+from edge_agent.supervision import AgentThread, ErrorReport, Supervisor
+from edge_agent.task_runner import TaskLimits, TaskRunner
+from edge_agent.task_worker import TaskWorker
 from faultfleet import __version__
-from faultfleet.wire.codec import RejectReason, WireError
-from faultfleet.wire.messages import AgentStatus, ClusterAssignment, Diagnosis, ModelAnnouncement
+from faultfleet.clock import SYSTEM_CLOCK, Clock
+from faultfleet.wire.codec import RejectReason
+from faultfleet.wire.messages import (
+    AgentStatus,
+    ClusterAssignment,
+    Diagnosis,
+    ModelAnnouncement,
+    ModelSpec,
+)
 from faultfleet.wire.mqtt import MqttConnection, Will
 from faultfleet.wire.signing import TrustedKeys
 from faultfleet.wire.topics import Topics
@@ -56,8 +69,8 @@ class AgentService:
         Shared by the agents of one process; a fresh registry by default.
     compute_lock : threading.Lock, optional
         Shared by agents of one host so they train one at a time.
-    clock : callable
-        Unix time, seconds.
+    clock : Clock
+        Status timestamps, task deadlines and the clock skew; paces the supervisor.
     """
 
     def __init__(
@@ -67,7 +80,7 @@ class AgentService:
         *,
         metrics: AgentMetrics | None = None,
         compute_lock: threading.Lock | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.agent_id = settings.agent_id
@@ -77,6 +90,9 @@ class AgentService:
         self.topics = Topics(settings.broker.topic_root)
         self.device = select_device(settings.device)
         self.data = source.training_data()
+        self._run_model: tuple[str, ModelSpec] | None = None
+        """Run id and architecture of the last model loaded: tasks of that run must use it."""
+        limits = settings.tasks
         self.runner = TaskRunner(
             self.agent_id,
             self.data,
@@ -84,7 +100,14 @@ class AgentService:
             max_payload_bytes=settings.broker.max_payload_bytes,
             compute_lock=compute_lock,
             clock=clock,
+            limits=TaskLimits(
+                max_epochs=limits.max_epochs,
+                max_classes=limits.max_classes,
+                max_cached_models=limits.max_cached_models,
+            ),
+            run_model=lambda: self._run_model,
         )
+        self.errors = ErrorReport(self.agent_id, self.metrics.thread_error)
         self.diagnoser = OnnxDiagnoser(source.sample_shape)
         self.store = ModelStore(settings.state_dir / "model")
         self.intake = ModelIntake(
@@ -98,9 +121,8 @@ class AgentService:
             backups=settings.diagnosis.log_backups,
         )
         self.class_names: tuple[str, ...] = source.class_names
-        self.tasks: queue.Queue[bytes] = queue.Queue()
         self.windows_diagnosed = 0
-        self.window_errors = 0
+        self._log_failing = False
         self._lock = threading.Lock()
         offline = AgentStatus(agent_id=self.agent_id, state="offline").model_dump_json()
         self.connection = MqttConnection(
@@ -109,6 +131,7 @@ class AgentService:
             will=Will(self.topics.agent_status(self.agent_id), offline.encode()),
             on_connection_change=self._connection_changed,
             on_oversized=self._on_oversized,
+            on_handler_error=lambda topic, error: self.errors(AgentThread.HANDLER, error, topic),
         )
         self.models = ModelUpdates(
             self.intake,
@@ -119,7 +142,17 @@ class AgentService:
             self.topics,
             on_loaded=self._model_loaded,
         )
-        self.connection.route(self.topics.tasks(self.agent_id), self._on_task)
+        self.worker = TaskWorker(
+            self.runner,
+            self.connection,
+            self.topics.results(self.agent_id),
+            self.metrics,
+            self.errors,
+            clock,
+            max_queued=limits.max_queued,
+            clock_skew_warn_s=limits.clock_skew_warn_s,
+        )
+        self.connection.route(self.topics.tasks(self.agent_id), self.worker.on_task)
         self.connection.route(self.topics.assignment(self.agent_id), self.models.on_assignment)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -128,20 +161,14 @@ class AgentService:
         """Serve until ``stop`` is set, then leave a clean ``offline`` status."""
         self._restore_model()
         self.connection.start()
-        threads = [
-            threading.Thread(target=self._work, args=(stop,), name=f"{self.agent_id}-tasks"),
-            threading.Thread(
-                target=self._diagnose, args=(stop,), name=f"{self.agent_id}-diagnosis"
-            ),
-            threading.Thread(target=self.models.run, args=(stop,), name=f"{self.agent_id}-models"),
-        ]
-        for thread in threads:
-            thread.start()
+        supervisor = Supervisor(self.agent_id, stop, self.metrics.thread_restarted, self.clock)
+        supervisor.start(AgentThread.TASKS, self.worker.run)
+        supervisor.start(AgentThread.DIAGNOSIS, self._diagnose)
+        supervisor.start(AgentThread.MODELS, self._load_models)
         try:
-            stop.wait()
+            supervisor.watch()
         finally:
-            for thread in threads:
-                thread.join(timeout=30)
+            supervisor.join(timeout_s=30)
             self.connection.stop(
                 final=[(self.topics.agent_status(self.agent_id), self._status("offline"), True)]
             )
@@ -179,7 +206,7 @@ class AgentService:
         status = AgentStatus(
             agent_id=self.agent_id,
             state="online" if state == "online" else "offline",
-            timestamp=self.clock(),
+            timestamp=self.clock.time(),
             can_train=self.data is not None and len(self.data.train) > 0,
             num_train_samples=len(self.data.train) if self.data is not None else 0,
             device=str(self.device),
@@ -197,9 +224,6 @@ class AgentService:
 
     # -- network-thread handlers -------------------------------------------------------------
 
-    def _on_task(self, topic: str, payload: bytes) -> None:
-        self.tasks.put(payload)
-
     def _on_oversized(self, topic: str, size_bytes: int) -> None:
         # Dropped by the connection before any handler: counted here all the same.
         if topic == self.topics.tasks(self.agent_id):
@@ -208,6 +232,7 @@ class AgentService:
             self.metrics.model_rejected(ModelRejectReason.OVERSIZED)
 
     def _model_loaded(self, header: ModelAnnouncement, loaded: LoadedModel) -> None:
+        self._run_model = (header.run_id, header.model)
         self._use_class_names(loaded)
         self.connection.publish(
             self.topics.agent_status(self.agent_id), self._status("online"), retain=True
@@ -215,33 +240,11 @@ class AgentService:
 
     # -- worker threads ----------------------------------------------------------------------
 
-    def _work(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                payload = self.tasks.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            try:
-                task, body = self.runner.parse(payload)
-            except WireError as error:
-                self.metrics.task_rejected(error.reason)
-                logger.warning(
-                    "%s: refused a task frame (%s): %s", self.agent_id, error.reason, error
-                )
-                continue
-            try:
-                answer = self.runner.run(task, body)
-            except Exception as error:
-                logger.exception("%s: task %s failed", self.agent_id, task.task_id)
-                answer = self.runner.failed(task, f"{type(error).__name__}: {error}")
-            if answer.kind == "fit_update":
-                self.metrics.observe_training(answer.train_seconds)
-            try:
-                self.connection.publish(self.topics.results(self.agent_id), answer.payload)
-            except (ValueError, RuntimeError) as error:
-                logger.error(
-                    "%s: could not send the answer to %s: %s", self.agent_id, task.task_id, error
-                )
+    def _load_models(self, stop: threading.Event) -> None:
+        try:
+            self.models.run(stop)
+        except Exception as error:  # the supervisor starts the loader again
+            self.errors(AgentThread.MODELS, error)
 
     def _diagnose(self, stop: threading.Event) -> None:
         backlog: deque[Window] = deque(maxlen=self.settings.diagnosis.backlog_windows)
@@ -252,34 +255,29 @@ class AgentService:
                     continue
                 while backlog:
                     self._diagnose_safely(backlog.popleft())
-        except Exception:
-            logger.exception("%s: the window source failed; diagnosis stopped", self.agent_id)
+        except Exception as error:  # the supervisor starts the stream again
+            self.errors(AgentThread.DIAGNOSIS, error, "the window source")
 
     def _diagnose_safely(self, window: Window) -> None:
-        """One window; an error is logged (first and every 1000th) and the stream goes on."""
+        """One window; an error is counted and logged once per kind, the stream goes on."""
         try:
             self._diagnose_one(window)
-        except Exception:
-            self.window_errors += 1
-            if self.window_errors == 1 or self.window_errors % 1000 == 0:
-                logger.exception(
-                    "%s: could not diagnose %s (%d windows failed so far)",
-                    self.agent_id,
-                    window.origin,
-                    self.window_errors,
-                )
+        except Exception as error:
+            self.errors(AgentThread.DIAGNOSIS, error, window.origin)
 
     def _diagnose_one(self, window: Window) -> None:
         started = time.perf_counter()
         prediction = self.diagnoser.predict(window.samples)
         latency = time.perf_counter() - started
         class_id = int(prediction.class_ids[0])
+        if self.class_names != prediction.model.names():
+            self._use_class_names(prediction.model)  # the model that answered names it
         names = self.class_names
         diagnosis = Diagnosis(
             agent_id=self.agent_id,
             window_index=self.windows_diagnosed,
             class_id=class_id,
-            class_name=names[class_id] if class_id < len(names) else f"class {class_id}",
+            class_name=names[class_id],
             probability=float(min(1.0, max(0.0, prediction.probabilities[0, class_id]))),
             model_version=prediction.model.version,
             cluster_id=prediction.model.cluster_id,
@@ -290,10 +288,35 @@ class AgentService:
         )
         self.windows_diagnosed += 1
         self.metrics.observe_diagnoses([class_id], latency)
-        self.log.append(diagnosis.model_dump())
         if self.settings.diagnosis.publish:
             # QoS 0: a diagnosis is news and the local log keeps it; during a broker outage
             # diagnoses are dropped instead of filling the client's queue.
-            self.connection.publish(
-                self.topics.diagnoses(self.agent_id), diagnosis.model_dump_json(), qos=0
-            )
+            try:
+                self.connection.publish(
+                    self.topics.diagnoses(self.agent_id), diagnosis.model_dump_json(), qos=0
+                )
+            except (ValueError, RuntimeError) as error:  # the local log still keeps it
+                self.errors(AgentThread.DIAGNOSIS, error, "publishing a diagnosis")
+        self._write_log(diagnosis)
+
+    def _write_log(self, diagnosis: Diagnosis) -> None:
+        """Append to the local log; a failing disk is counted and logged when it starts
+        and when it ends, and never stops diagnosis or publishing."""
+        try:
+            self.log.append(diagnosis.model_dump())
+        except OSError as error:
+            self.metrics.diagnosis_log_failures.inc()
+            if not self._log_failing:
+                logger.error(
+                    "%s: cannot write the diagnosis log %s (%s); diagnoses are still "
+                    "published, free disk space to keep them locally "
+                    "(faultfleet_diagnosis_log_failures_total counts the ones missed)",
+                    self.agent_id,
+                    self.log.path,
+                    error,
+                )
+            self._log_failing = True
+            return
+        if self._log_failing:
+            logger.info("%s: the diagnosis log is written again", self.agent_id)
+            self._log_failing = False

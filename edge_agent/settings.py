@@ -71,6 +71,24 @@ class DiagnosisSettings(BaseModel):
     """Publish every diagnosis on ``agents/{id}/diagnoses``."""
 
 
+class TaskSettings(BaseModel):
+    """Limits on the coordinator's tasks: what an agent accepts, queues and keeps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_queued: Positive = 16
+    """Task frames waiting for the worker; one more is answered ``task_failed`` at once."""
+    max_epochs: Positive = 50
+    """Most local epochs a fit task may ask for; more is refused as ``task_failed``."""
+    max_classes: Annotated[int, Field(ge=2)] = 256
+    """Most output classes a task's model may have."""
+    max_cached_models: Positive = 4
+    """Architectures kept built between tasks (least recently used dropped first)."""
+    clock_skew_warn_s: Annotated[float, Field(gt=0)] = 30.0
+    """A task issued this many seconds or more away from the agent's clock logs a warning
+    (the skew is always on ``faultfleet_clock_skew_seconds``)."""
+
+
 class SigningSettings(BaseModel):
     """The coordinator keys whose signed models and assignments the agent accepts."""
 
@@ -102,6 +120,7 @@ class AgentSettings(FileSettings):
     metrics: MetricsSettings = MetricsSettings(port=9401)
     source: SourceSettings = SourceSettings()
     diagnosis: DiagnosisSettings = DiagnosisSettings()
+    tasks: TaskSettings = TaskSettings()
     signing: SigningSettings = SigningSettings()
 
     @model_validator(mode="after")

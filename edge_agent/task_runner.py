@@ -3,8 +3,10 @@
 :class:`TaskRunner` turns a task frame from the coordinator into the answer frame:
 
 1. it reads the header and refuses what this agent must not or cannot do before reading any
-   weights — a task for another agent, one past its deadline, any task when the agent holds
-   no labelled data, a task its data cannot serve
+   weights — a task for another agent, one whose deadline passed while it waited in the
+   agent's queue, one outside the agent's limits (:class:`TaskLimits`: more epochs or
+   classes than allowed, another model than the run's), any task when the agent holds no
+   labelled data, a task its data cannot serve
    (:func:`~edge_agent.executor.data_problem`), a model it cannot build;
 2. it decodes the weights (safetensors, checked against the architecture's parameter count)
    into the in-process task (:func:`~edge_agent.frames.in_process_task`);
@@ -15,6 +17,12 @@
 
 Problems with the agent's own data, a diverged model, or an answer too large to publish
 come back as a ``task_failed`` answer with the reason.
+
+Deadlines are durations: a task says when it was issued on the coordinator's clock
+(``issued_at``) and how long the coordinator waits (``deadline_s``). The agent counts
+``deadline_s`` on its own monotonic clock from the moment the frame arrived, so an agent
+whose wall clock is hours off still answers in time; ``issued_at`` only measures the skew
+(:meth:`TaskRunner.clock_skew_s`).
 """
 
 from __future__ import annotations
@@ -22,23 +30,46 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from edge_agent.executor import ClientExecutor, data_problem
 from edge_agent.frames import Answer, answer_frame, data_needs, failed_frame, in_process_task
+from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.models.weights import parameter_count
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import Failure
 from faultfleet.wire.codec import WireError, decode_tensors, parse_envelope, split_frame
-from faultfleet.wire.messages import TASK_ADAPTER, AnyTaskMessage, ModelSpec
+from faultfleet.wire.messages import TASK_ADAPTER, AnyTaskMessage, FitTaskMessage, ModelSpec
 from signal_pipeline.federation import ClientData
 
-__all__ = ["Answer", "TaskRunner"]
+__all__ = ["Answer", "TaskLimits", "TaskRunner"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskLimits:
+    """What an agent accepts of a task (the agent's ``[tasks]`` settings).
+
+    Attributes
+    ----------
+    max_epochs : int
+        Most local epochs of a fit task: one task cannot hold the compute lock of a process
+        for hours while the other agents of that process wait.
+    max_classes : int
+        Most output classes of a task's model.
+    max_cached_models : int
+        Built architectures kept between tasks, least recently used dropped first.
+    """
+
+    max_epochs: int = 50
+    max_classes: int = 256
+    max_cached_models: int = 4
 
 
 class TaskRunner:
@@ -54,8 +85,12 @@ class TaskRunner:
     compute_lock : threading.Lock, optional
         Held while computing an answer, so that agents sharing one host (a lab machine
         running many simulated agents) take turns instead of oversubscribing the cores.
-    clock : callable
-        Unix time, seconds.
+    clock : Clock
+        Wall-clock time for the skew, monotonic time for deadlines.
+    limits : TaskLimits
+    run_model : callable, optional
+        The (run id, model spec) of the model the agent follows, or None before it has one:
+        a task of that run must name that model.
     """
 
     def __init__(
@@ -66,7 +101,9 @@ class TaskRunner:
         *,
         max_payload_bytes: int,
         compute_lock: threading.Lock | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
+        limits: TaskLimits | None = None,
+        run_model: Callable[[], tuple[str, ModelSpec] | None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.data = data
@@ -74,15 +111,33 @@ class TaskRunner:
         self.max_payload_bytes = max_payload_bytes
         self.compute_lock = compute_lock or threading.Lock()
         self.clock = clock
-        self._models: dict[ModelSpec, tuple[nn.Module, int]] = {}
+        self.limits = limits or TaskLimits()
+        self.run_model = run_model
+        self._models: OrderedDict[ModelSpec, tuple[nn.Module, int]] = OrderedDict()
 
     def parse(self, payload: bytes) -> tuple[AnyTaskMessage, bytes]:
         """The task header and body; raises ``WireError`` for a frame it cannot read."""
         header, body = split_frame(payload, max_bytes=self.max_payload_bytes)
         return parse_envelope(TASK_ADAPTER, header), body
 
-    def run(self, task: AnyTaskMessage, body: bytes) -> Answer:
-        """The answer to ``task``; a ``task_failed`` answer if it cannot be done."""
+    def clock_skew_s(self, task: AnyTaskMessage, received_at: float) -> float:
+        """The agent's wall clock minus the coordinator's, seconds (positive: the agent is
+        ahead), from a task received at Unix time ``received_at`` (transit time included)."""
+        return received_at - task.issued_at
+
+    def run(self, task: AnyTaskMessage, body: bytes, received_s: float | None = None) -> Answer:
+        """The answer to ``task``; a ``task_failed`` answer if it cannot be done.
+
+        ``received_s`` is the clock's monotonic time when the frame arrived (now by default);
+        the task's ``deadline_s`` counts from it.
+        """
+        waited_s = 0.0 if received_s is None else self.clock.monotonic() - received_s
+        if waited_s > task.deadline_s:
+            return self.failed(
+                task,
+                f"the task's deadline passed before the agent could start it (it waited "
+                f"{waited_s:.1f} s in the agent's queue, deadline {task.deadline_s:g} s)",
+            )
         problem = self._problem(task)
         if problem is not None:
             return self.failed(task, problem)
@@ -124,8 +179,9 @@ class TaskRunner:
         """Why this agent cannot do ``task``, from its header alone; None if it can."""
         if task.agent_id != self.agent_id:
             return f"task addressed to {task.agent_id!r}, this agent is {self.agent_id!r}"
-        if self.clock() > task.deadline:
-            return "the task's deadline passed before the agent could start it"
+        limit = self._limit_problem(task)
+        if limit is not None:
+            return limit
         if self.data is None:
             return "this agent holds no labelled training data (diagnosis only)"
         spec = task.model
@@ -138,13 +194,43 @@ class TaskRunner:
             return f"cannot build model {spec.name!r}: {error}"
         return None
 
+    def _limit_problem(self, task: AnyTaskMessage) -> str | None:
+        """Why ``task`` is outside this agent's limits or the run's model; None if inside."""
+        limits = self.limits
+        if isinstance(task, FitTaskMessage) and task.train.epochs > limits.max_epochs:
+            return (
+                f"train.epochs={task.train.epochs} is above this agent's limit of "
+                f"{limits.max_epochs} ([tasks] max_epochs); lower the coordinator's run.epochs"
+            )
+        if task.model.n_classes > limits.max_classes:
+            return (
+                f"the model has {task.model.n_classes} classes, above this agent's limit of "
+                f"{limits.max_classes} ([tasks] max_classes)"
+            )
+        followed = self.run_model() if self.run_model is not None else None
+        if followed is not None and followed[0] == task.run_id and followed[1] != task.model:
+            return (
+                f"run {task.run_id!r} uses model {followed[1].model_dump()}, the task names "
+                f"{task.model.model_dump()}"
+            )
+        return None
+
     def failed(self, task: AnyTaskMessage, reason: str) -> Answer:
         """A ``task_failed`` answer to ``task`` saying ``reason`` (cut to 2000 characters)."""
         logger.warning("task %s of round %d failed: %s", task.task_id, task.server_round, reason)
         return failed_frame(task, self.agent_id, reason)
 
+    @property
+    def cached_models(self) -> int:
+        """Architectures currently kept built."""
+        return len(self._models)
+
     def _architecture(self, spec: ModelSpec) -> tuple[nn.Module, int]:
-        if spec not in self._models:
-            model = build_model(spec.name, tuple(spec.sample_shape), spec.n_classes).to(self.device)
-            self._models[spec] = (model, parameter_count(model))
+        if spec in self._models:
+            self._models.move_to_end(spec)
+            return self._models[spec]
+        model = build_model(spec.name, tuple(spec.sample_shape), spec.n_classes).to(self.device)
+        self._models[spec] = (model, parameter_count(model))
+        while len(self._models) > self.limits.max_cached_models:
+            self._models.popitem(last=False)
         return self._models[spec]

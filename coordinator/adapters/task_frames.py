@@ -6,9 +6,9 @@ fit task, one per proximal target that is not already one of its models (a targe
 a candidate model, like FedAC's pull towards the model being trained, travels once).
 
 Task ids are deterministic (:func:`coordinator.adapters.round_tasks.task_id`): they hash the run,
-the round, the agent, the header without its id and deadline, and the body. An agent with
-several tasks in one round — several fit tasks for different models, say — therefore gets
-one id per task, and a replayed round after a restart gets the same ids again.
+the round, the agent, the header without its id, issue time and deadline, and the body. An
+agent with several tasks in one round — several fit tasks for different models, say —
+therefore gets one id per task, and a replayed round after a restart gets the same ids again.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ Frame = tuple[Pending, AnyTaskMessage, bytes]
 class _Batch:
     """The frames of one dispatch being built: shared bodies and the ids given so far."""
 
-    deadline: float
+    issued_at: float
     bodies: dict[tuple[tuple[str, int], ...], tuple[bytes, str]] = field(default_factory=dict)
     """Encoded bodies and their SHA-256 by the (name, array) pairs sent: the tasks of a round
     mostly share their models, which are then encoded and hashed once."""
@@ -60,9 +60,9 @@ class TaskFrames:
     encoding : TensorEncoding
         Encoding of the weights sent, and of the answers asked for.
     deadline_s : float
-        Seconds from now that every task's ``deadline`` lies.
+        Every task's ``deadline_s``: seconds the answers are waited for.
     clock : callable
-        Unix time in seconds.
+        Unix time in seconds: every task's ``issued_at``.
     """
 
     def __init__(
@@ -143,7 +143,7 @@ class TaskFrames:
         ]
 
     def _batch(self) -> _Batch:
-        return _Batch(deadline=self.clock() + self.deadline_s)
+        return _Batch(issued_at=self.clock())
 
     def _common(
         self, server_round: int, agent_id: str, models: Mapping[str, FloatArray], batch: _Batch
@@ -157,7 +157,8 @@ class TaskFrames:
             "model": self.model,
             "model_keys": tuple(models),
             "encoding": self.encoding,
-            "deadline": batch.deadline,
+            "issued_at": batch.issued_at,
+            "deadline_s": self.deadline_s,
         }
 
     def _frame(
@@ -173,7 +174,7 @@ class TaskFrames:
             body = encode_tensors(tensors, self.encoding)
             batch.bodies[sent] = (body, hashlib.sha256(body).hexdigest())
         body, body_sha256 = batch.bodies[sent]
-        label = header.model_dump_json(exclude={"task_id", "deadline"})
+        label = header.model_dump_json(exclude={"task_id", "issued_at", "deadline_s"})
         first = task_id(self.run_id, header.server_round, header.agent_id, label, body_sha256, 0)
         occurrence = batch.occurrences.get(first, 0)
         batch.occurrences[first] = occurrence + 1

@@ -1,4 +1,4 @@
-"""Message envelopes of the wire protocol (schema version 3).
+"""Message envelopes of the wire protocol (schema version 4).
 
 Every message is a pydantic model with ``extra="forbid"``, ``frozen=True``, a
 ``schema_version`` and a ``kind`` that tells the variants apart. Presence, assignments and
@@ -10,7 +10,9 @@ A message from a newer (or older) schema version is refused with a message namin
 versions, so mixed deployments fail loudly instead of misreading each other. Version 2 added
 proximal terms to fit tasks and the probe tasks (losses, gradient) with their answers;
 version 3 signs the cluster models and assignments: both travel inside a
-:class:`SignedMessage` (:mod:`faultfleet.wire.signing`).
+:class:`SignedMessage` (:mod:`faultfleet.wire.signing`); version 4 gives tasks their
+deadline as a duration (``deadline_s``) and the coordinator's clock at sending
+(``issued_at``) instead of an instant, so an agent whose clock is off still meets it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from faultfleet.tasks import ModelPart, Split, TrainConfig
 from faultfleet.wire.topics import NAME_PATTERN
 
-SCHEMA_VERSION: Literal[3] = 3
+SCHEMA_VERSION: Literal[4] = 4
 
 Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
 """An agent or cluster id: usable as one topic level."""
@@ -44,7 +46,7 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
 
 
 class TensorEncoding(BaseModel):
@@ -142,8 +144,13 @@ class _Task(Envelope):
     named by its key."""
     encoding: TensorEncoding = TensorEncoding()
     """How the frame's tensors are encoded, and how the agent should encode its answer."""
-    deadline: float
-    """Unix time after which the coordinator no longer waits for the answer."""
+    issued_at: float
+    """Unix time on the coordinator's clock when the task was sent. An agent compares it
+    with its own clock to report the skew between the two; it never judges the deadline by
+    it."""
+    deadline_s: Annotated[float, Field(gt=0)]
+    """Seconds the coordinator waits for the answer. An agent counts them on its own
+    monotonic clock from the task's receipt."""
 
     @field_validator("model_keys")
     @classmethod

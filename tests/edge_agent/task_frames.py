@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edge_agent.task_runner import TaskRunner
+from edge_agent.task_runner import TaskLimits, TaskRunner
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.types import FloatArray
@@ -35,10 +35,12 @@ from faultfleet.wire.messages import (
     TrainSpec,
 )
 from signal_pipeline.federation import ClientData, Dataset
+from tests.clocks import WALL_CLOCK_OFFSET_S, FakeClock
 
 CPU = torch.device("cpu")
 LIMIT = 8 << 20
-NOW = 1_700_000_000.0
+NOW = WALL_CLOCK_OFFSET_S
+"""Unix time of a fresh :class:`~tests.clocks.FakeClock`: when the tasks are issued."""
 N_CLASSES = 4
 MODEL = ModelSpec(name="compact", sample_shape=(1, 256), n_classes=N_CLASSES)
 TRAIN = TrainSpec(optimizer="adam", learning_rate=1e-3, epochs=2, batch_size=8)
@@ -67,8 +69,12 @@ def initial_weights(seed: int) -> FloatArray:
     return flatten_weights(build_model(MODEL.name, MODEL.sample_shape, N_CLASSES, seed=seed))
 
 
-def runner_for(data: ClientData | None, agent_id: str = "m07") -> TaskRunner:
-    return TaskRunner(agent_id, data, CPU, max_payload_bytes=LIMIT, clock=lambda: NOW)
+def runner_for(
+    data: ClientData | None, agent_id: str = "m07", limits: TaskLimits | None = None
+) -> TaskRunner:
+    return TaskRunner(
+        agent_id, data, CPU, max_payload_bytes=LIMIT, clock=FakeClock(), limits=limits
+    )
 
 
 def _header(task_id: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -80,7 +86,8 @@ def _header(task_id: str, keys: tuple[str, ...]) -> dict[str, Any]:
         "agent_id": "m07",
         "model": MODEL,
         "model_keys": keys,
-        "deadline": NOW + 60,
+        "issued_at": NOW,
+        "deadline_s": 60.0,
     }
 
 

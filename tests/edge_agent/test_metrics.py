@@ -18,6 +18,12 @@ DESIGN_METRICS = {
     "faultfleet_diagnoses_total": "counter",
     "faultfleet_models_rejected_total": "counter",
     "faultfleet_tasks_rejected_total": "counter",
+    "faultfleet_incoming_files_refused_total": "counter",
+    "faultfleet_tasks_queue_full_total": "counter",
+    "faultfleet_clock_skew_seconds": "gauge",
+    "faultfleet_thread_errors_total": "counter",
+    "faultfleet_thread_restarts_total": "counter",
+    "faultfleet_diagnosis_log_failures_total": "counter",
     "faultfleet_broker_connected": "gauge",
 }
 CLASSES = ("healthy", "inner_race", "outer_race")

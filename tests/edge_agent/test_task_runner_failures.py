@@ -30,7 +30,6 @@ from tests.edge_agent.task_frames import (
     CPU,
     HALF_ZLIB,
     N_CLASSES,
-    NOW,
     client,
     evaluate_task,
     failure_reason,
@@ -52,14 +51,6 @@ def test_a_task_for_another_agent_fails(data: ClientData) -> None:
     reason = failure_reason(runner_for(data), payload)
 
     assert reason == "task addressed to 'm08', this agent is 'm07'"
-
-
-def test_a_task_past_its_deadline_fails(data: ClientData) -> None:
-    payload = frame(fit_task(deadline=NOW - 1), {"cluster-0": initial_weights(0)})
-
-    reason = failure_reason(runner_for(data), payload)
-
-    assert "deadline passed" in reason
 
 
 def test_an_agent_without_data_fails_every_task() -> None:

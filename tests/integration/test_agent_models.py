@@ -6,6 +6,7 @@ The coordinator's side is played by the real :class:`~coordinator.adapters.publi
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,8 @@ def test_a_task_the_agent_cannot_run_is_answered_as_failed(
                 model=SPEC,
                 model_keys=("global",),
                 encoding=TensorEncoding(),
-                deadline=9e9,
+                issued_at=time.time(),
+                deadline_s=600.0,
                 train=TrainSpec.of(TrainConfig()),
                 seed=0,
             )

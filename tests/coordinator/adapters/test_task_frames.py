@@ -58,7 +58,7 @@ def test_several_fit_tasks_of_one_agent_get_distinct_ids() -> None:
     assert len(set(ids)) == 3
     assert [header.task_id for _, header, _ in frames] == ids
     assert [p.models for p, _, _ in frames] == [t.models for t in tasks]
-    assert all(header.deadline == 130.0 for _, header, _ in frames)
+    assert all((header.issued_at, header.deadline_s) == (100.0, 30.0) for _, header, _ in frames)
 
 
 def test_identical_tasks_of_one_agent_still_get_distinct_ids() -> None:

@@ -39,7 +39,8 @@ TASK_FIELDS: dict[str, Any] = {
     "agent_id": "m07",
     "model": MODEL,
     "model_keys": ("cluster-0", "cluster-1"),
-    "deadline": 1_700_000_120.5,
+    "issued_at": 1_700_000_000.5,
+    "deadline_s": 120.0,
 }
 ANSWER_FIELDS: dict[str, Any] = {
     "task_id": "0123abcd",
@@ -139,7 +140,7 @@ def test_every_envelope_round_trips_through_json(message: BaseModel) -> None:
     again = type(message).model_validate_json(text)
 
     assert again == message
-    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 3
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 4
 
 
 def test_task_and_answer_adapters_pick_the_variant_from_kind() -> None:
@@ -178,10 +179,10 @@ def test_extra_fields_in_nested_specs_are_rejected() -> None:
 @pytest.mark.parametrize("message", every_envelope(), ids=lambda m: type(m).__name__)
 def test_envelopes_are_frozen(message: BaseModel) -> None:
     with pytest.raises(ValidationError, match="Instance is frozen"):
-        message.schema_version = 4  # type: ignore[attr-defined]
+        message.schema_version = 5  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 4, "3", None])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 5, "4", None])
 @pytest.mark.parametrize("message", every_envelope()[:4], ids=lambda m: type(m).__name__)
 def test_other_schema_versions_are_rejected(message: BaseModel, version: object) -> None:
     data = {**data_of(message), "schema_version": version}
@@ -286,7 +287,9 @@ def test_cluster_ids_follow_the_same_pattern() -> None:
     [
         ("model_keys", []),
         ("server_round", -1),
-        ("deadline", "tomorrow"),
+        ("issued_at", "tomorrow"),
+        ("deadline_s", 0),
+        ("deadline_s", -5.0),
     ],
 )
 def test_task_fields_are_checked(field: str, value: object) -> None:

@@ -1,0 +1,120 @@
+"""An agent at the edges of its host: a full disk stops the local log, not the published
+diagnoses; a restarted agent names diagnoses after its saved model's classes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from coordinator.adapters.onnx_export import ExportedModel, export_model
+from edge_agent.inference import ModelStore
+from edge_agent.service import AgentService
+from edge_agent.settings import AgentSettings, SigningSettings
+from edge_agent.sources import Window
+from faultfleet.models.zoo import build_model
+from faultfleet.wire.messages import Diagnosis
+from faultfleet.wire.signing import SigningKey
+from tests.faultfleet.scrape import value
+
+SHAPE = (1, 256)
+MODEL_CLASSES = tuple(f"fault {i}" for i in range(12))
+
+
+class TwoLabelFolder:
+    """A source whose manifest knows two labels only, and no training data."""
+
+    sample_shape = SHAPE
+    class_names = ("label 0", "label 1")
+
+    def training_data(self) -> None:
+        return None
+
+    def stream(self, stop: threading.Event) -> Iterator[Window]:
+        return iter(())
+
+
+@pytest.fixture(scope="module")
+def exported() -> ExportedModel:
+    return export_model(build_model("compact", SHAPE, len(MODEL_CLASSES), seed=0), SHAPE)
+
+
+def _agent(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[AgentService, list[Any]]:
+    settings = AgentSettings(
+        agent_id="m07",
+        device="cpu",
+        state_dir=state_dir,
+        signing=SigningSettings(trusted_keys=(SigningKey.generate().public_text,)),
+    )
+    agent = AgentService(settings, TwoLabelFolder())
+    published: list[Any] = []
+    monkeypatch.setattr(
+        agent.connection, "publish", lambda topic, payload, **_: published.append(payload)
+    )
+    return agent, published
+
+
+def _window(index: int) -> Window:
+    samples = np.random.default_rng(index).standard_normal(SHAPE).astype(np.float32)
+    return Window(samples, float(index), None, origin=f"w{index}")
+
+
+def test_a_full_disk_stops_the_log_not_the_published_diagnoses(
+    tmp_path: Path,
+    exported: ExportedModel,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Prepare: the log is /dev/full (every write fails with ENOSPC)
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "diagnoses.jsonl").symlink_to("/dev/full")
+    agent, published = _agent(tmp_path, monkeypatch)
+    agent.diagnoser.load(exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="c0")
+
+    # Execute
+    with caplog.at_level(logging.ERROR, logger="edge_agent.service"):
+        for index in range(3):
+            agent._diagnose_safely(_window(index))
+
+    # Assert
+    assert [Diagnosis.model_validate_json(p).origin for p in published] == ["w0", "w1", "w2"]
+    registry = agent.metrics.registry
+    assert value(registry, "faultfleet_diagnosis_log_failures_total") == 3.0
+    assert value(registry, "faultfleet_thread_errors_total", thread="diagnosis") == 0.0
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "cannot write the diagnosis log" in error.getMessage()
+    assert "No space left on device" in error.getMessage()
+
+
+def test_a_restarted_agent_names_diagnoses_after_its_saved_models_classes(
+    tmp_path: Path, exported: ExportedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: a 12-class model saved by an earlier run, a manifest of 2 labels
+    first, _ = _agent(tmp_path, monkeypatch)
+    loaded = first.diagnoser.load(
+        exported.onnx_bytes,
+        sha256=exported.sha256,
+        version=4,
+        cluster_id="c0",
+        class_names=MODEL_CLASSES,
+    )
+    ModelStore(tmp_path / "model").save(exported.onnx_bytes, loaded)
+    first.log.close()
+    agent, published = _agent(tmp_path, monkeypatch)
+
+    # Execute: the restart, then a stream of windows
+    agent._restore_model()
+    for index in range(20):
+        agent._diagnose_safely(_window(index))
+
+    # Assert: every window diagnosed and named after the model
+    assert agent.class_names == MODEL_CLASSES
+    diagnoses = [Diagnosis.model_validate_json(p) for p in published]
+    assert len(diagnoses) == 20
+    assert all(d.class_name == MODEL_CLASSES[d.class_id] for d in diagnoses)
+    assert value(agent.metrics.registry, "faultfleet_thread_errors_total", thread="diagnosis") == 0
