@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from coordinator.strategies.registry import STRATEGIES
+from coordinator.strategies.registry import STRATEGIES, make_strategy
+from faultfleet.errors import FaultfleetError
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.tasks import TrainConfig
 from faultfleet.wire.messages import TensorEncoding
@@ -66,6 +67,16 @@ class RunSettings(BaseModel):
         if len(value) < 2:
             raise ValueError("class_names must name at least 2 classes")
         return value
+
+    @model_validator(mode="after")
+    def _strategy_takes_its_options(self) -> RunSettings:
+        """Build the strategy once, so a misspelt or ill-typed option stops the coordinator
+        at start, not when the first agents come online."""
+        try:
+            make_strategy(self.strategy, fraction=self.fraction, options=self.strategy_options)
+        except (FaultfleetError, TypeError, ValueError) as error:
+            raise ValueError(f"strategy_options for {self.strategy!r}: {error}") from None
+        return self
 
 
 class TrainSettings(BaseModel):

@@ -83,6 +83,24 @@ def test_an_unknown_strategy_in_the_file_names_the_field(tmp_path: Path) -> None
         load_settings(CoordinatorSettings, path)
 
 
+def test_a_misspelt_strategy_option_stops_the_coordinator_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "coordinator.toml"
+    path.write_text("[run]\nstrategy = 'ifca'\nstrategy_options = { n_cluster = 3 }\n")
+
+    with pytest.raises(
+        SettingsError,
+        match=r"run: Value error, strategy_options for 'ifca': strategy 'ifca' has no option "
+        r"n_cluster; its options are fraction, n_clusters",
+    ):
+        load_settings(CoordinatorSettings, path)
+
+
+def test_strategy_options_a_strategy_takes_are_accepted() -> None:
+    run = RunSettings(strategy="ifca", strategy_options={"n_clusters": 3})
+
+    assert run.strategy_options == {"n_clusters": 3}
+
+
 def test_min_quorum_above_min_agents_is_rejected() -> None:
     with pytest.raises(ValidationError, match=r"run\.min_quorum \(3\) cannot exceed run\.min_a"):
         CoordinatorSettings(run=RunSettings(min_agents=2, min_quorum=3))
