@@ -172,7 +172,10 @@ class AgentService:
             self.connection.stop(
                 final=[(self.topics.agent_status(self.agent_id), self._status("offline"), True)]
             )
-            self.log.close()
+            try:
+                self.log.close()
+            except OSError as error:  # the last lines could not be flushed: a full disk
+                logger.warning("%s: closing the diagnosis log: %s", self.agent_id, error)
 
     @property
     def assignment(self) -> ClusterAssignment | None:

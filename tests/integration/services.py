@@ -26,6 +26,7 @@ from coordinator.runtime.settings import CoordinatorSettings, RunSettings, Train
 from edge_agent.metrics import AgentMetrics
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, DiagnosisSettings, SigningSettings, SourceSettings
+from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.wire.codec import parse_envelope
 from faultfleet.wire.messages import SignedMessage
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
@@ -108,11 +109,13 @@ def running_agents(
     clients_per_group: int = 4,
     windows_per_client: tuple[int, int] = (40, 60),
     interval_s: float = 0.05,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Iterator[list[AgentService]]:
     """Simulated machines as agents ``m00``, ``m01``, … in threads of this process.
 
     Built the way ``faultfleet agent --machines`` builds them: one source per machine,
-    shared metrics and one compute lock. Stopped (clean ``offline`` status) on exit.
+    shared metrics and one compute lock; ``clock`` is every agent's. Stopped (clean
+    ``offline`` status) on exit.
     """
     sources_settings = SourceSettings(
         machine_index=0, clients_per_group=clients_per_group, windows_per_client=windows_per_client
@@ -134,7 +137,7 @@ def running_agents(
     metrics = AgentMetrics(class_names=sources[0].class_names)
     compute_lock = threading.Lock()
     services = [
-        AgentService(c, s, metrics=metrics, compute_lock=compute_lock)
+        AgentService(c, s, metrics=metrics, compute_lock=compute_lock, clock=clock)
         for c, s in zip(configs, sources, strict=True)
     ]
     stop = threading.Event()
