@@ -200,7 +200,7 @@ class TaskRunner:
         if isinstance(task, FitTaskMessage) and task.train.epochs > limits.max_epochs:
             return (
                 f"train.epochs={task.train.epochs} is above this agent's limit of "
-                f"{limits.max_epochs} ([tasks] max_epochs); lower the coordinator's run.epochs"
+                f"{limits.max_epochs} ([tasks] max_epochs); lower the coordinator's [train] epochs"
             )
         if task.model.n_classes > limits.max_classes:
             return (

@@ -8,7 +8,9 @@ answers it through :class:`~edge_agent.task_runner.TaskRunner` and publishes the
   ``task_failed`` on arrival (counted on ``faultfleet_tasks_queue_full_total``), so the
   coordinator closes its round instead of waiting for an answer that cannot come, and a
   flood of frames costs no memory.
-* **Unstoppable.** Any exception of one task is counted and logged once per kind
+* **Unstoppable.** A frame it cannot read is counted by reason and logged once per reason
+  (``faultfleet_tasks_rejected_total``). Any other exception of one task is counted and
+  logged once per kind
   (:class:`~edge_agent.supervision.ErrorReport`); an exception inside the runner still
   answers the task as failed; the loop goes on with the next frame.
 * **Clock skew.** Every task carries the coordinator's clock at sending (``issued_at``):
@@ -29,7 +31,7 @@ from edge_agent.metrics import AgentMetrics
 from edge_agent.supervision import AgentThread, ErrorReport
 from edge_agent.task_runner import TaskRunner
 from faultfleet.clock import Clock
-from faultfleet.wire.codec import WireError
+from faultfleet.wire.codec import RejectReason, WireError
 from faultfleet.wire.messages import AnyTaskMessage
 from faultfleet.wire.mqtt import MqttConnection
 
@@ -88,6 +90,7 @@ class TaskWorker:
         self.clock_skew_warn_s = clock_skew_warn_s
         self.queue: queue.Queue[ReceivedTask] = queue.Queue(maxsize=max_queued)
         self._clock_skewed = False
+        self._refusals_logged: set[RejectReason] = set()
 
     def on_task(self, topic: str, payload: bytes) -> None:
         """Network-thread handler: queue the frame, or answer it at once when full."""
@@ -133,7 +136,17 @@ class TaskWorker:
             task, body = self.runner.parse(received.payload)
         except WireError as error:
             self.metrics.task_rejected(error.reason)
-            logger.warning("%s: refused a task frame (%s): %s", self.agent_id, error.reason, error)
+            level = logging.DEBUG if error.reason in self._refusals_logged else logging.WARNING
+            self._refusals_logged.add(error.reason)
+            logger.log(
+                level,
+                "%s: refused a task frame (%s): %s; further %s frames are counted on "
+                "faultfleet_tasks_rejected_total and logged at debug level",
+                self.agent_id,
+                error.reason,
+                error,
+                error.reason,
+            )
             return
         self._note_skew(task, received.received_at)
         try:

@@ -98,7 +98,7 @@ def test_more_epochs_than_the_limit_are_refused_naming_the_setting(data: ClientD
 
     assert reason == (
         "train.epochs=100000 is above this agent's limit of 10 ([tasks] max_epochs); "
-        "lower the coordinator's run.epochs"
+        "lower the coordinator's [train] epochs"
     )
 
 
