@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
+from contextlib import AbstractContextManager
 
 from edge_agent.batching import select_device
 from edge_agent.diagnosis_log import DiagnosisLog
@@ -67,7 +68,7 @@ class AgentService:
         Training data and live windows of the machine.
     metrics : AgentMetrics, optional
         Shared by the agents of one process; a fresh registry by default.
-    compute_lock : threading.Lock, optional
+    compute_lock : context manager, optional
         Shared by agents of one host so they train one at a time.
     clock : Clock
         Status timestamps, task deadlines and the clock skew; paces the supervisor.
@@ -79,7 +80,7 @@ class AgentService:
         source: WindowSource,
         *,
         metrics: AgentMetrics | None = None,
-        compute_lock: threading.Lock | None = None,
+        compute_lock: AbstractContextManager[object] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings

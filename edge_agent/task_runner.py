@@ -28,15 +28,16 @@ whose wall clock is hours off still answers in time; ``issued_at`` only measures
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from edge_agent.compute_turns import ComputeTurns
 from edge_agent.executor import ClientExecutor, data_problem
 from edge_agent.frames import Answer, answer_frame, data_needs, failed_frame, in_process_task
 from faultfleet.clock import SYSTEM_CLOCK, Clock
@@ -82,7 +83,7 @@ class TaskRunner:
         The agent's train/val/test windows; None for an agent without labelled data.
     device : torch.device
     max_payload_bytes : int
-    compute_lock : threading.Lock, optional
+    compute_lock : context manager, optional
         Held while computing an answer, so that agents sharing one host (a lab machine
         running many simulated agents) take turns instead of oversubscribing the cores.
     clock : Clock
@@ -100,7 +101,7 @@ class TaskRunner:
         device: torch.device,
         *,
         max_payload_bytes: int,
-        compute_lock: threading.Lock | None = None,
+        compute_lock: AbstractContextManager[object] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         limits: TaskLimits | None = None,
         run_model: Callable[[], tuple[str, ModelSpec] | None] | None = None,
@@ -109,7 +110,7 @@ class TaskRunner:
         self.data = data
         self.device = device
         self.max_payload_bytes = max_payload_bytes
-        self.compute_lock = compute_lock or threading.Lock()
+        self.compute_lock: AbstractContextManager[object] = compute_lock or ComputeTurns()
         self.clock = clock
         self.limits = limits or TaskLimits()
         self.run_model = run_model

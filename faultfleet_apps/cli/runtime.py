@@ -23,6 +23,7 @@ import torch
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings
+from edge_agent.compute_turns import ComputeTurns
 from edge_agent.incoming import IncomingRefusal
 from edge_agent.metrics import AgentMetrics
 from edge_agent.retire import RetireError, retire_agent
@@ -223,7 +224,7 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     if machines is not None:
         torch.set_num_threads(1)
-    compute_lock = threading.Lock()
+    compute_lock = ComputeTurns()
     metrics = AgentMetrics()
     sources = [
         build_source(c.source, c.diagnosis.interval_s, (), metrics.incoming_refused)

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings, RunSettings, TrainSettings
+from edge_agent.compute_turns import ComputeTurns
 from edge_agent.metrics import AgentMetrics
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, DiagnosisSettings, SigningSettings, SourceSettings
@@ -135,7 +136,7 @@ def running_agents(
     ]
     sources = [build_source(c.source, c.diagnosis.interval_s, ()) for c in configs]
     metrics = AgentMetrics(class_names=sources[0].class_names)
-    compute_lock = threading.Lock()
+    compute_lock = ComputeTurns()
     services = [
         AgentService(c, s, metrics=metrics, compute_lock=compute_lock, clock=clock)
         for c, s in zip(configs, sources, strict=True)
