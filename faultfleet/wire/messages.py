@@ -181,7 +181,7 @@ class FitTaskMessage(_Task):
 
     kind: Literal["fit"] = "fit"
     train: TrainSpec
-    seed: int
+    seed: NonNegative
     proximal: tuple[ProximalSpec, ...] = ()
     """Terms added to the local objective (see :mod:`faultfleet.tasks`)."""
 
@@ -218,7 +218,7 @@ class GradientTaskMessage(_Task):
 
     kind: Literal["gradient"] = "gradient"
     batch_size: Positive
-    seed: int
+    seed: NonNegative
 
     def tensor_names(self) -> tuple[str, ...]:
         return self.model_keys

@@ -101,11 +101,18 @@ class Agent:
             for reason in ("malformed", "oversized", "schema")
         )
 
-    def take(self, payload: bytes) -> tuple[int, float]:
-        """Answers published and refusals counted for ``payload``."""
-        sent, rejected = len(self.connection.sent), self.rejected()
+    def errors(self) -> float:
+        return value(self.metrics.registry, "faultfleet_thread_errors_total", thread="tasks")
+
+    def take(self, payload: bytes) -> tuple[int, float, float]:
+        """Answers published, refusals counted and exceptions caught for ``payload``."""
+        sent, rejected, errors = len(self.connection.sent), self.rejected(), self.errors()
         self.worker.answer(ReceivedTask(payload, self.clock.monotonic(), self.clock.time()))
-        return len(self.connection.sent) - sent, self.rejected() - rejected
+        return (
+            len(self.connection.sent) - sent,
+            self.rejected() - rejected,
+            self.errors() - errors,
+        )
 
 
 AGENT = Agent()
@@ -133,7 +140,7 @@ def task_headers(draw: st.DrawFn) -> Any:
 @given(header=task_headers(), body=st.one_of(st.just(WEIGHTS), st.binary(max_size=256)))
 def test_any_task_frame_is_answered_once_or_refused_once(header: Any, body: bytes) -> None:
     # Execute
-    answers, refusals = AGENT.take(frame_of(header, body))
+    answers, refusals, errors = AGENT.take(frame_of(header, body))
 
     # Assert: one outcome, and nothing reached the worker's loop
     assert (answers, refusals) in ((1, 0), (0, 1))
@@ -142,7 +149,7 @@ def test_any_task_frame_is_answered_once_or_refused_once(header: Any, body: byte
         message = parse_envelope(ANSWER_ADAPTER, split_frame(answer, max_bytes=LIMIT)[0])
         assert message.task_id == header["task_id"]
         assert message.agent_id == "m07"
-    assert value(AGENT.metrics.registry, "faultfleet_thread_errors_total", thread="tasks") == 0
+    assert errors == 0
 
 
 @given(
@@ -155,6 +162,6 @@ def test_any_task_frame_is_answered_once_or_refused_once(header: Any, body: byte
     )
 )
 def test_bombs_and_noise_are_counted_refusals(payload: bytes) -> None:
-    answers, refusals = AGENT.take(payload)
+    answers, refusals, errors = AGENT.take(payload)
 
-    assert (answers, refusals) == (0, 1)
+    assert (answers, refusals, errors) == (0, 1, 0)

@@ -290,6 +290,7 @@ def test_cluster_ids_follow_the_same_pattern() -> None:
         ("issued_at", "tomorrow"),
         ("deadline_s", 0),
         ("deadline_s", -5.0),
+        ("seed", -1),
     ],
 )
 def test_task_fields_are_checked(field: str, value: object) -> None:
