@@ -44,9 +44,10 @@ class Dispatcher:
     """Routing table from MQTT topic filters to handlers.
 
     A message matching several routes reaches each of their handlers, in the order the
-    routes were added. A handler that raises is logged with the topic, counted in
-    :attr:`handler_errors` and reported to ``on_handler_error``; the remaining handlers
-    and later messages are handled as usual.
+    routes were added. A handler that raises is counted in :attr:`handler_errors` and
+    reported to ``on_handler_error``, which then decides how to log it (logged here with
+    its traceback when there is none); the remaining handlers and later messages are
+    handled as usual.
 
     Parameters
     ----------
@@ -56,7 +57,7 @@ class Dispatcher:
         Larger messages reach no handler; they are counted in :attr:`oversized_messages`
         and reported to ``on_oversized``.
     on_handler_error : callable, optional
-        Called with ``(topic, exception)`` when a handler raises.
+        Called with ``(topic, exception)`` when a handler raises; it logs the error.
     on_oversized : callable, optional
         Called with ``(topic, size_bytes)`` for a message above the limit.
     """
@@ -110,12 +111,13 @@ class Dispatcher:
             handler(topic, payload)
         except Exception as error:
             self.handler_errors += 1
-            logger.exception("handler %r failed on a message to %s", handler, topic)
-            if self.on_handler_error is not None:
-                try:
-                    self.on_handler_error(topic, error)
-                except Exception:
-                    logger.exception("on_handler_error raised for a message to %s", topic)
+            if self.on_handler_error is None:
+                logger.exception("handler %r failed on a message to %s", handler, topic)
+                return
+            try:
+                self.on_handler_error(topic, error)  # it logs, counts, rate-limits
+            except Exception:
+                logger.exception("on_handler_error raised for a message to %s", topic)
 
     def _reject_oversized(self, topic: str, size: int) -> None:
         self.oversized_messages += 1

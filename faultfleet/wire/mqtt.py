@@ -65,7 +65,8 @@ class MqttConnection:
     reconnect_min_s, reconnect_max_s : float, seconds
         First delay before reconnecting, doubled on each failed try up to the maximum.
     on_handler_error : callable, optional
-        Called with ``(topic, exception)`` when a handler raises.
+        Called with ``(topic, exception)`` when a handler raises; it logs the error (the
+        connection logs it with its traceback when none is given).
     on_oversized : callable, optional
         Called with ``(topic, size_bytes)`` for an incoming message above
         ``settings.max_payload_bytes``; no handler sees such a message.

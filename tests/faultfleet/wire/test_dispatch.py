@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -56,6 +57,34 @@ def test_a_raising_handler_does_not_stop_the_others() -> None:
     assert calls == [b"1", b"2"]
     assert dispatcher.handler_errors == 2
     assert errors == ["t", "t"]
+
+
+@pytest.mark.parametrize("reported", [True, False])
+def test_a_handler_error_is_logged_here_only_without_a_reporter(
+    reported: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: the reporter, when there is one, decides how to log
+    errors: list[Exception] = []
+
+    def broken(topic: str, payload: bytes) -> None:
+        raise RecursionError("deep")
+
+    dispatcher = Dispatcher(
+        matches=_matches,
+        max_payload_bytes=10,
+        on_handler_error=(lambda t, e: errors.append(e)) if reported else None,
+    )
+    dispatcher.add("t", broken)
+
+    # Execute
+    with caplog.at_level(logging.ERROR, logger="faultfleet.wire.dispatch"):
+        for _ in range(3):
+            dispatcher.dispatch("t", b"1")
+
+    # Assert
+    assert dispatcher.handler_errors == 3
+    assert len(errors) == (3 if reported else 0)
+    assert len(caplog.records) == (0 if reported else 3)
 
 
 def test_oversized_message_reaches_no_handler() -> None:
