@@ -28,6 +28,7 @@ whose wall clock is hours off still answers in time; ``issued_at`` only measures
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -51,6 +52,9 @@ from signal_pipeline.federation import ClientData
 __all__ = ["Answer", "TaskLimits", "TaskRunner"]
 
 logger = logging.getLogger(__name__)
+
+_REASON_DETAILS = re.compile(r"'[^']*'|\d+(\.\d+)?")
+"""Numbers and quoted names in a failure reason: what differs between failures of a kind."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class TaskRunner:
         self.limits = limits or TaskLimits()
         self.run_model = run_model
         self._models: OrderedDict[ModelSpec, tuple[nn.Module, int]] = OrderedDict()
+        self._failures_logged: set[str] = set()
 
     def parse(self, payload: bytes) -> tuple[AnyTaskMessage, bytes]:
         """The task header and body; raises ``WireError`` for a frame it cannot read."""
@@ -217,8 +222,23 @@ class TaskRunner:
         return None
 
     def failed(self, task: AnyTaskMessage, reason: str) -> Answer:
-        """A ``task_failed`` answer to ``task`` saying ``reason`` (cut to 2000 characters)."""
-        logger.warning("task %s of round %d failed: %s", task.task_id, task.server_round, reason)
+        """A ``task_failed`` answer to ``task`` saying ``reason`` (cut to 2000 characters).
+
+        Logged as a warning the first time for each kind of reason (its text without the
+        numbers and quoted names it holds), at debug level after that: a stream of tasks
+        failing alike — hostile frames on an open broker, say — cannot flood the journal.
+        """
+        kind = _REASON_DETAILS.sub("…", reason)[:200]
+        level = logging.DEBUG if kind in self._failures_logged else logging.WARNING
+        self._failures_logged.add(kind)
+        logger.log(
+            level,
+            "%s: task %s of round %d failed: %s",
+            self.agent_id,
+            task.task_id,
+            task.server_round,
+            reason,
+        )
         return failed_frame(task, self.agent_id, reason)
 
     @property

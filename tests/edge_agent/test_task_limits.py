@@ -4,6 +4,8 @@ and the bounded cache of built architectures."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from edge_agent.task_runner import TaskLimits, TaskRunner
@@ -143,3 +145,25 @@ def test_the_cache_of_built_models_is_bounded(data: ClientData) -> None:
     # Assert
     assert runner.cached_models == 2
     assert set(runner._models) == set(specs[-2:])
+
+
+def test_failures_of_one_kind_are_logged_once_as_a_warning(
+    data: ClientData, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: three tasks for other agents, one asking too many epochs
+    runner = runner_for(data, limits=TaskLimits(max_epochs=10))
+    weights = {"cluster-0": initial_weights(0)}
+    payloads = [frame(fit_task(agent_id=f"m{n}"), weights) for n in (10, 11, 12)]
+    payloads.append(frame(fit_task(train=TRAIN.model_copy(update={"epochs": 99})), weights))
+
+    # Execute
+    with caplog.at_level(logging.DEBUG, logger="edge_agent.task_runner"):
+        reasons = [failure_reason(runner, payload) for payload in payloads]
+
+    # Assert: every task answered with its own reason; two warnings, two debug lines
+    assert reasons[1] == "task addressed to 'm11', this agent is 'm07'"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "task addressed to 'm10'" in warnings[0]
+    assert "train.epochs=99" in warnings[1]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 2
