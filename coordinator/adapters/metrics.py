@@ -7,7 +7,9 @@ exists from the first scrape: one ``faultfleet_updates_rejected_total`` series p
 :class:`~faultfleet.wire.codec.RejectReason`, so a rate over a reason that never happened
 reads 0 rather than "no data". Cluster series are the exception: the set of clusters
 changes while the coordinator runs, and :meth:`CoordinatorMetrics.set_clusters` replaces
-the whole set so that clusters which no longer exist stop being reported.
+the whole set so that clusters which no longer exist stop being reported. Cluster quality
+(:mod:`coordinator.strategies.quality`) is reported as run-level summaries only, without
+labels, so its cardinality does not grow with the fleet.
 """
 
 from __future__ import annotations
@@ -120,6 +122,30 @@ class CoordinatorMetrics:
         self.broker_connected = Gauge(
             "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
         )
+        self.cluster_confidence_ratio = Gauge(
+            "faultfleet_cluster_confidence_ratio",
+            "Confidence in the clustering without ground truth (0 to 1): the lowest cluster "
+            "score; NaN while no cluster can be scored.",
+            registry=reg,
+        )
+        self.cluster_min_margin = Gauge(
+            "faultfleet_cluster_min_margin",
+            "Smallest margin of a cluster to its nearest cluster, in the strategy's similarity "
+            "(cohesion minus the nearest cross similarity); NaN while none is known.",
+            registry=reg,
+        )
+        self.clusters_borderline = Gauge(
+            "faultfleet_clusters_borderline",
+            "Clusters whose score is below the borderline bar (0.5).",
+            registry=reg,
+        )
+        self.merges_borderline = Counter(
+            "faultfleet_merges_borderline_total",
+            "Merges of two clusters whose score was below the borderline bar (0.5).",
+            registry=reg,
+        )
+        self.cluster_confidence_ratio.set(math.nan)
+        self.cluster_min_margin.set(math.nan)
         for reason in RejectReason:
             self.updates_rejected.labels(reason=reason.value)
         for change in ("joined", "left"):
@@ -193,6 +219,38 @@ class CoordinatorMetrics:
         self._accuracy_clusters = _replace(
             self.cluster_accuracy_ratio, self._accuracy_clusters, accuracy
         )
+
+    def set_cluster_quality(
+        self,
+        confidence: float | None,
+        min_margin: float | None,
+        borderline_clusters: int,
+        borderline_merges: int = 0,
+    ) -> None:
+        """Report the run's cluster quality; None is reported as NaN ("no figure").
+
+        Parameters
+        ----------
+        confidence : float or None
+            Ratio from 0 to 1.
+        min_margin : float or None
+            Smallest cluster margin, in the strategy's similarity.
+        borderline_clusters : int
+            Borderline clusters now (>= 0).
+        borderline_merges : int
+            Borderline merges made since the last report (>= 0), added to the counter.
+        """
+        if confidence is not None and not 0.0 <= confidence <= 1.0:
+            raise ValueError(f"confidence {confidence!r} must be a ratio from 0 to 1")
+        if borderline_clusters < 0 or borderline_merges < 0:
+            raise ValueError(
+                f"borderline counts must be >= 0 (got clusters={borderline_clusters}, "
+                f"merges={borderline_merges})"
+            )
+        self.cluster_confidence_ratio.set(math.nan if confidence is None else confidence)
+        self.cluster_min_margin.set(math.nan if min_margin is None else min_margin)
+        self.clusters_borderline.set(borderline_clusters)
+        self.merges_borderline.inc(borderline_merges)
 
     def set_connected(self, connected: bool) -> None:
         """Record whether the coordinator is connected to the broker."""

@@ -6,7 +6,8 @@ let agents join and leave the federation (strategies that allow it,
 :class:`~coordinator.adapters.mqtt_fleet.MqttFleet`, save the whole state (atomically,
 :mod:`coordinator.runtime.checkpoint`), update the metrics; evaluate every ``eval_every`` rounds;
 export and publish the cluster models every ``publish_every`` rounds and after the last
-(:mod:`coordinator.runtime.serving`).
+(:mod:`coordinator.runtime.serving`); judge the clustering without ground truth
+(:mod:`coordinator.runtime.quality_watch`).
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``; a
 round interrupted by a stop is rolled back and left to the journal, so that a restarted
@@ -29,6 +30,7 @@ from coordinator.adapters.round_tasks import QuorumError, RoundAbortedError
 from coordinator.engine.rounds import RoundEngine, RoundReport
 from coordinator.runtime.checkpoint import ServiceCheckpoint
 from coordinator.runtime.membership import MembershipSync
+from coordinator.runtime.quality_watch import QualityWatch
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.serving import ModelServing
 from coordinator.runtime.settings import RunSettings
@@ -89,6 +91,7 @@ class RoundLoop:
         self.topics = topics
         self.publish_status = publish_status
         self.serving = ModelServing(live.engine, live.fleet, live.publisher, live.summary, metrics)
+        self.quality = QualityWatch(metrics)
 
     def train(self, stop: threading.Event) -> None:
         """Run rounds until ``run.rounds`` or until ``stop`` is set; write the summary."""
@@ -165,6 +168,7 @@ class RoundLoop:
         if server_round % run.eval_every == 0 or last:
             self.serving.evaluate()
         self.serving.update_clusters()
+        self.quality.observe(live.engine.strategy, server_round, live.summary)
         if server_round % run.publish_every == 0 or last:
             self.serving.publish(server_round)
         self._save()

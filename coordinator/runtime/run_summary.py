@@ -27,6 +27,9 @@ class RunSummary:
     model_version: int = 0
     rounds_retried: int = 0
     finished: bool = False
+    cluster_quality: dict[str, Any] = field(default_factory=dict)
+    """The strategy's clustering judged without ground truth after the last round
+    (:meth:`coordinator.strategies.quality.RunQuality.to_json`); empty before round 1."""
 
 
 def load_summary(state_dir: Path) -> dict[str, Any] | None:

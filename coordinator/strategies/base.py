@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from coordinator.strategies.evidence import ClusterEvidence
 from faultfleet.errors import UsageError
 from faultfleet.tasks import (
     EvaluateInstruction,
@@ -47,6 +48,29 @@ class StrategyState:
     meta: JsonDict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Merge:
+    """Two clusters that became one, as an agglomerative strategy records it.
+
+    Attributes
+    ----------
+    round : int
+        The server round whose aggregation merged them.
+    first, second : tuple of str
+        Client ids of the two clusters, each in registration order.
+    similarity : float
+        The similarity that let them merge (FLACC: α_min^cross of eq. 15, a cosine).
+    threshold : float
+        The bar that similarity had to clear (FLACC: α0 of eq. 16).
+    """
+
+    round: int
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    similarity: float
+    threshold: float
+
+
 class Strategy(ABC):
     """Base of all strategies.
 
@@ -69,6 +93,9 @@ class Strategy(ABC):
     """True for strategies that take clients joining and leaving during a run
     (:meth:`add_clients`, :meth:`remove_clients`); the others keep the clients registered
     by :meth:`initialize`."""
+    clusters_learned: ClassVar[bool] = True
+    """False for strategies whose clusters are given rather than learned (FedAvg, Local,
+    Fixed): cluster quality has nothing to doubt there."""
 
     def __init__(self, *, fraction: float = 0.25) -> None:
         self.fraction = fraction
@@ -280,6 +307,30 @@ class Strategy(ABC):
     def round_metrics(self) -> dict[str, float]:
         """Strategy-specific numbers about the last round, for run histories and plots."""
         return {}
+
+    @property
+    def merges(self) -> tuple[Merge, ...]:
+        """Every merge of two clusters so far, oldest first (agglomerative strategies)."""
+        return ()
+
+    def cluster_evidence(self) -> ClusterEvidence:
+        """What the strategy measured about how alike its clients are, for
+        :mod:`coordinator.strategies.quality`.
+
+        Strategies that learn clusters override it with their own similarity; this default
+        exposes none (or, with :attr:`clusters_learned` false, says the clusters are given).
+        """
+        labels = self.cluster_labels()
+        return ClusterEvidence(
+            client_ids=self.client_ids_,
+            labels=tuple(labels[c] for c in self.client_ids_),
+            similarity=None,
+            measure="none: the clusters are given, not learned"
+            if not self.clusters_learned
+            else "none: this strategy exposes no similarity between clients",
+            learned=self.clusters_learned,
+            merges=self.merges,
+        )
 
     @property
     def num_clusters(self) -> int:

@@ -40,6 +40,7 @@ from coordinator.strategies.aggregate import (
     weighted_average,
 )
 from coordinator.strategies.base import JsonDict, Strategy, check_finite, check_positive_int
+from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
@@ -150,6 +151,8 @@ class CFL(Strategy):
         self.next_cluster_id_ = 1
         self.last_norms_: dict[str, tuple[float, float]] = {}
         self.last_splits_: list[tuple[str, str, str]] = []
+        m = len(self.client_ids_)
+        self.similarity_: Float64Array = np.full((m, m), np.nan)
 
     def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
         return (self.clusters_[client_id],)
@@ -170,6 +173,11 @@ class CFL(Strategy):
             by_cluster.setdefault(r.model_key, []).append(r)
         self.last_norms_ = {}
         self.last_splits_ = []
+        if results:
+            rows = [self._index(r.client_id) for r in results]
+            record_pairs(
+                self.similarity_, rows, cosine_similarity_matrix([r.delta for r in results])
+            )
         for key in [k for k in self.models_ if k in by_cluster]:
             members = by_cluster[key]
             counts = [r.num_samples for r in members]
@@ -187,6 +195,20 @@ class CFL(Strategy):
             )
             if self._should_split(server_round, key, members, mean_norm, max_norm):
                 self._split(key, members)
+
+    def cluster_evidence(self) -> ClusterEvidence:
+        """The cosines of the last round's updates of every client, across clusters (all
+        models descend from the first one by the splits' copies)."""
+        labels = self.cluster_labels()
+        return ClusterEvidence(
+            client_ids=self.client_ids_,
+            labels=tuple(labels[c] for c in self.client_ids_),
+            similarity=self.similarity_.copy(),
+            measure="cosine similarity of the weight updates of the last round (every "
+            "client, each on its cluster's model)",
+            merge_measure="n/a: CFL splits clusters and never merges them",
+            unrelated=0.0,
+        )
 
     def round_metrics(self) -> dict[str, float]:
         """Largest mean and max update norms over the clusters of the last round: the two
@@ -236,7 +258,7 @@ class CFL(Strategy):
             "clusters": [self.clusters_[c] for c in self.client_ids_],
             "next_cluster_id": self.next_cluster_id_,
         }
-        return meta, {}
+        return meta, {"similarity": self.similarity_.copy()}
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         clusters = list(meta["clusters"])
@@ -251,3 +273,4 @@ class CFL(Strategy):
         self.next_cluster_id_ = int(meta["next_cluster_id"])
         self.last_norms_ = {}
         self.last_splits_ = []
+        self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))

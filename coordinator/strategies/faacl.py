@@ -84,6 +84,7 @@ from typing import ClassVar
 import numpy as np
 
 from coordinator.strategies.aggregate import weighted_average
+from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.faacl_probing import FAACLProbing
 from coordinator.strategies.faacl_support import check_real, is_int_at_least
 from faultfleet.errors import UsageError
@@ -220,6 +221,7 @@ class FAACL(FAACLProbing):
             self.models_[key] = weighted_average(
                 [r.weights for r in trained], [r.num_samples for r in trained]
             )
+        self.same_model_.record(server_round, results)
         for key in self._ordered(by_key):
             if self.clusters_[key].partition is None:
                 self._enter(key)
@@ -245,6 +247,16 @@ class FAACL(FAACLProbing):
         """Whether the clustering is final: one stable partition at most, nobody waiting."""
         waiting = any(c.partition is None for c in self.clusters_.values())
         return not waiting and len(self.partitions_) <= 1 and self._all_stable()
+
+    def cluster_evidence(self) -> ClusterEvidence:
+        """Cosines of updates of the same model in one round: members of a cluster, and
+        devices that trained a supported cluster's model on its behalf."""
+        labels = self.cluster_labels()
+        return self.same_model_.evidence(
+            [labels[c] for c in self.client_ids_],
+            settled=self.frozen,
+            merge_measure="n/a: FAACL merges on a loss test (mutual support), not on a similarity",
+        )
 
     def supporters(self, key: str) -> list[str]:
         """Keys of the clusters that support cluster ``key`` (C.sup), in cluster order."""

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.evidence import SameModelSimilarity
 from coordinator.strategies.faacl_support import Cluster, Partition
 from faultfleet.types import ModelFactory
 
@@ -49,6 +50,8 @@ class FAACLClusters(Strategy):
         Number of the next cluster key.
     next_partition_ : int
         Id of the next partition.
+    same_model_ : SameModelSimilarity
+        Cosines of updates of the same model in the same round (cluster quality).
     """
 
     hierarchical: bool
@@ -78,6 +81,7 @@ class FAACLClusters(Strategy):
         self._metrics = {}
         self._plan = None
         self._under_test = []
+        self.same_model_ = SameModelSimilarity(self.client_ids_)
         self._new_singletons(self.client_ids_, model_factory)
 
     def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
@@ -87,6 +91,7 @@ class FAACLClusters(Strategy):
         trained by its device when the device is sampled, and then enters the clustering.
         """
         self._new_singletons(self._register(client_ids), model_factory)
+        self.same_model_.resize(self.client_ids_)
 
     def remove_clients(self, client_ids: Sequence[str]) -> None:
         """Devices leaving: out of their cluster; an emptied cluster is deleted (§4.4)."""
@@ -103,6 +108,7 @@ class FAACLClusters(Strategy):
             if cluster.partition is not None:
                 self._retest(cluster.partition)
         self._unregister(leaving)
+        self.same_model_.resize(self.client_ids_)
         self._reindex()
 
     # -- state -----------------------------------------------------------------------------
@@ -115,7 +121,7 @@ class FAACLClusters(Strategy):
             "next_partition": self.next_partition_,
             "metrics": dict(self._metrics),
         }
-        return meta, {}
+        return meta, self.same_model_.arrays("same_model_")
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         self._validate()
@@ -134,6 +140,8 @@ class FAACLClusters(Strategy):
         self.next_partition_ = int(meta["next_partition"])
         self._metrics = {str(k): float(v) for k, v in meta["metrics"].items()}
         self._plan, self._under_test = None, []
+        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        self.same_model_.load(self.client_ids_, arrays, "same_model_")
         self._reindex()
 
     # -- helpers ---------------------------------------------------------------------------

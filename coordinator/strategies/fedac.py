@@ -72,6 +72,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.strategies.base import JsonDict, check_positive_int
+from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.fedac_centres import FedACCentres, client_key, cluster_key
 from coordinator.strategies.fedac_clustering import granularity
 from faultfleet.errors import UsageError
@@ -259,6 +260,29 @@ class FedAC(FedACCentres):
         order of creation."""
         index = {k: n for n, k in enumerate(self.cluster_keys())}
         return {c: index[self.labels_[c]] for c in self.client_ids_}
+
+    def cluster_evidence(self) -> ClusterEvidence:
+        """LrCos (Algorithm 2) between the personalised models of the clients that have
+        trained; NaN for the others and before the map has a direction."""
+        labels = self.cluster_labels()
+        m = len(self.client_ids_)
+        similarity = np.full((m, m), np.nan)
+        trained = self._trained_clients()
+        if len(trained) >= 2 and self.directions_.shape[0] > 0:
+            models = self._client_models(trained)
+            rows = np.array([self._index(c) for c in trained], dtype=np.intp)
+            similarity[np.ix_(rows, rows)] = self.similarity(models, models)
+            np.fill_diagonal(similarity, np.nan)
+        return ClusterEvidence(
+            client_ids=self.client_ids_,
+            labels=tuple(labels[c] for c in self.client_ids_),
+            similarity=similarity,
+            measure="low-rank cosine similarity of the personalised models (FedAC "
+            "Algorithm 2, LrCos)",
+            settled=self.seeded_round_ is not None,
+            merge_measure="n/a: FedAC merges clusters by granularity G_c (Algorithm 3), "
+            "not by a similarity",
+        )
 
     def round_metrics(self) -> dict[str, float]:
         """K, G_c statistics, merges and splits of the last round, PCA map size."""

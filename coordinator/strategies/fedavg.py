@@ -21,6 +21,7 @@ class FedAvg(Strategy):
     """One model for every client."""
 
     name: ClassVar[str] = "fedavg"
+    clusters_learned: ClassVar[bool] = False
     dynamic_membership: ClassVar[bool] = True
 
     def _initialize(self, model_factory: ModelFactory) -> None:

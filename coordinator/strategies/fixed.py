@@ -49,6 +49,7 @@ class FixedClusters(Strategy):
     """
 
     name: ClassVar[str] = "fixed"
+    clusters_learned: ClassVar[bool] = False
 
     def __init__(
         self, *, fraction: float = 0.25, assignment: Mapping[str, int | str] | None = None

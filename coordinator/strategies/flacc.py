@@ -34,13 +34,21 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.agglomeration import UNKNOWN, Entity, agglomerate, forget_stale
+from coordinator.strategies.agglomeration import (
+    UNKNOWN,
+    Entity,
+    MergeDecision,
+    agglomerate,
+    forget_stale,
+)
 from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_average
-from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.base import JsonDict, Merge, Strategy
+from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import ModelFactory
@@ -105,6 +113,7 @@ class FLACC(Strategy):
         self.separated_ = False
         self.last_alpha_min_cross_: float | None = None
         self.last_passed_over_ = 0
+        self.merges_: list[Merge] = []
 
     def _validate(self) -> None:
         alpha0 = self.alpha0
@@ -191,11 +200,28 @@ class FLACC(Strategy):
             n_merge=self.n_merge,
             next_pair=self.next_pair,
         )
+        self._record_merges(server_round, outcome.decisions, self.alpha0)
         self._set_entities(outcome.entities)
         first = outcome.decisions[0] if outcome.decisions else None
         self.last_alpha_min_cross_ = None if first is None else first.alpha_min_cross
         self.last_passed_over_ = outcome.passed_over
         self.rounds_without_merge_ = 0 if outcome.num_merges else self.rounds_without_merge_ + 1
+
+    def _record_merges(
+        self, server_round: int, decisions: Sequence[MergeDecision], threshold: float
+    ) -> None:
+        ids = self.client_ids_
+        self.merges_.extend(
+            Merge(
+                server_round,
+                tuple(ids[i] for i in d.first),
+                tuple(ids[i] for i in d.second),
+                d.alpha_min_cross,
+                threshold,
+            )
+            for d in decisions
+            if d.merge
+        )
 
     def _separate(self) -> None:
         """Lines 21–27 from now on: one model per entity, each a copy of the global model."""
@@ -231,6 +257,32 @@ class FLACC(Strategy):
         return self.separated_
 
     @property
+    def merges(self) -> tuple[Merge, ...]:
+        """Every merge so far: round, the two entities, α_min^cross and the bar it cleared."""
+        return tuple(self.merges_)
+
+    def cluster_evidence(self) -> ClusterEvidence:
+        """The cosines FLACC merges on (eq. 19, pairs of the last T rounds; frozen at
+        separation), and per entity the lowest α_min^cross at which a merge built it."""
+        weakest: dict[int, float] = {}
+        for merge in self.merges_:
+            label = self._labels[self._index(merge.first[0])]
+            weakest[int(label)] = min(weakest.get(int(label), np.inf), merge.similarity)
+        return ClusterEvidence(
+            client_ids=self.client_ids_,
+            labels=tuple(int(k) for k in self._labels),
+            similarity=known_or_nan(self.alpha_, UNKNOWN),
+            measure="cosine similarity of weight updates (FLACC eq. 19), pairs seen in "
+            "the last T rounds of the clustering phase",
+            settled=self.separated_,
+            weakest_merges=weakest,
+            merge_measure="alpha_min^cross of FLACC eq. 15 (cosine of the least similar "
+            "pair across the two merged entities)",
+            unrelated=0.0,
+            merges=tuple(self.merges_),
+        )
+
+    @property
     def last_alpha_min_cross(self) -> float | None:
         """α_min^cross solving eq. 9 in the last clustering round (FLACC Fig. 8), if any."""
         return self.last_alpha_min_cross_
@@ -263,6 +315,7 @@ class FLACC(Strategy):
             "separated": bool(self.separated_),
             "last_alpha_min_cross": self.last_alpha_min_cross_,
             "last_passed_over": int(self.last_passed_over_),
+            "merges": [asdict(m) for m in self.merges_],
         }
         return meta, {"alpha": self.alpha_.copy(), "tau": self.tau_.copy()}
 
@@ -280,6 +333,16 @@ class FLACC(Strategy):
         last = meta["last_alpha_min_cross"]
         self.last_alpha_min_cross_ = None if last is None else float(last)
         self.last_passed_over_ = int(meta.get("last_passed_over", 0))
+        self.merges_ = [
+            Merge(
+                int(m["round"]),
+                tuple(m["first"]),
+                tuple(m["second"]),
+                float(m["similarity"]),
+                float(m["threshold"]),
+            )
+            for m in meta.get("merges", [])
+        ]
 
 
 def _is_int_at_least(value: object, minimum: int) -> bool:

@@ -22,7 +22,9 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
   global model moved by the weighted mean of the members' Δθ. Nothing is trained twice and
   no update is thrown away.
 - Two clients end in one cluster when the dendrogram joins them at a height ≤
-  ``distance_threshold`` (scipy's ``fcluster(criterion="distance")``). Heights are those of
+  ``distance_threshold`` (scipy's ``fcluster(criterion="distance")``); with
+  ``distance_threshold="auto"`` the height is read from the dendrogram itself, in the
+  largest gap between merge heights (:mod:`.flhc_cut`). Heights are those of
   :func:`scipy.cluster.hierarchy.linkage`: for ``ward`` on Euclidean distances, two single
   clients merge at their Euclidean distance and larger clusters at the Ward distance
   √(2·n_a·n_b/(n_a+n_b))·‖c_a − c_b‖ of their centroids; ``average``, ``complete`` and
@@ -46,82 +48,36 @@ from __future__ import annotations
 import logging
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import pdist
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_average
-from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
+from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.flhc_tree import (
+    AUTO,
+    LINKAGES,
+    METRICS,
+    LinkageName,
+    MetricName,
+    flat_labels,
+    largest_gap_cut,
+    linkage_tree,
+    weakest_heights,
+)
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
-from faultfleet.types import Float64Array, FloatArray, IntArray, ModelFactory
+from faultfleet.types import Float64Array, ModelFactory
 
 logger = logging.getLogger(__name__)
 
 GLOBAL = "global"
 
-LinkageName = Literal["ward", "average", "complete", "single"]
-MetricName = Literal["euclidean", "cosine"]
-LINKAGES: tuple[str, ...] = ("average", "complete", "single", "ward")
-METRICS: tuple[str, ...] = ("cosine", "euclidean")
-
 
 def cluster_key(position: int) -> str:
     """Model key of the k-th FL+HC cluster: ``"cluster-k"``."""
     return f"cluster-{position}"
-
-
-def hierarchical_clusters(
-    updates: Sequence[FloatArray],
-    distance_threshold: float,
-    *,
-    linkage_name: str = "ward",
-    metric: str = "euclidean",
-) -> tuple[IntArray, Float64Array]:
-    """Agglomerative clustering of weight updates, cut at a distance.
-
-    Parameters
-    ----------
-    updates : sequence of m >= 1 arrays of shape (n_params,)
-        The clients' weight updates Δθ_i.
-    distance_threshold : float
-        Clients joined at a height ≤ this share a cluster.
-    linkage_name : {"ward", "average", "complete", "single"}
-    metric : {"euclidean", "cosine"}
-        ``"cosine"`` is 1 − cosine similarity; ward needs ``"euclidean"``.
-
-    Returns
-    -------
-    labels : array of shape (m,), int64
-        Cluster of each update, numbered 0, 1, … in order of first appearance.
-    heights : array of shape (m - 1,), float64
-        Merge heights of the dendrogram, ascending (empty for one update).
-    """
-    if linkage_name not in LINKAGES or metric not in METRICS:
-        raise ValueError(
-            f"unknown linkage {linkage_name!r} or metric {metric!r}; linkage must be one of "
-            f"{', '.join(LINKAGES)} and metric one of {', '.join(METRICS)}"
-        )
-    if linkage_name == "ward" and metric != "euclidean":
-        raise ValueError(f"linkage='ward' needs metric='euclidean', got metric={metric!r}")
-    m = len(updates)
-    if m == 0:
-        raise ValueError("hierarchical_clusters needs at least one update")
-    if m == 1:
-        return np.zeros(1, dtype=np.int64), np.zeros(0)
-    if metric == "cosine":
-        distance = np.clip(1.0 - cosine_similarity_matrix(updates), 0.0, 2.0)
-        rows, cols = np.triu_indices(m, k=1)
-        condensed = distance[rows, cols]
-    else:
-        condensed = pdist(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
-    tree = linkage(condensed, method=linkage_name)
-    flat = fcluster(tree, t=distance_threshold, criterion="distance")
-    order: dict[int, int] = {}
-    labels = np.array([order.setdefault(int(f), len(order)) for f in flat], dtype=np.int64)
-    return labels, np.asarray(tree[:, 2], dtype=np.float64)
 
 
 class FLHC(Strategy):
@@ -133,12 +89,16 @@ class FLHC(Strategy):
         Client fraction c sampled in every round but the clustering round.
     n_warmup : int
         FedAvg rounds before clustering (>= 0); the clustering round is ``n_warmup + 1``.
-    distance_threshold : float
+    distance_threshold : float or "auto"
         Dendrogram cut (>= 0), in the units of ``metric``: Euclidean norm of weight
-        differences, or cosine distance in [0, 2]. Update norms depend on the model,
-        optimiser and local epochs, so tune it: the run history's
+        differences, or cosine distance in [0, 2]; ``"auto"`` cuts in the largest gap
+        between the merge heights (:func:`.flhc_cut.largest_gap_cut`). A number depends on
+        the model, optimiser and local epochs: the run history's
         ``strategy_metrics.merge_height_below_threshold`` / ``…_above_threshold`` show the
         dendrogram heights around the cut.
+    min_clusters, max_clusters : int
+        With ``"auto"``, the cut leaves at least ``min_clusters`` and at most
+        ``max_clusters`` (None: no bound) clusters; ignored for a number.
     linkage : {"ward", "average", "complete", "single"}
         Linkage criterion; ``"ward"`` (the default, as in the paper) needs Euclidean distances.
     metric : {"euclidean", "cosine"}
@@ -152,6 +112,13 @@ class FLHC(Strategy):
         Model key of each clustered client; absent clients train and predict with ``"global"``.
     last_heights_ : array of shape (k - 1,) or None
         Merge heights of the clustering round, only just after it (not saved in the state).
+    cut_ : float or None
+        The height the dendrogram was cut at (``distance_threshold`` or the one chosen).
+    similarity_ : array of shape (m, m), float64
+        Cosine similarity of the clustering round's updates, NaN for clients that did not
+        answer it (the evidence of cluster quality).
+    weakest_ : dict of str to float
+        Per cluster key, the height of the highest merge inside the cluster.
     """
 
     name: ClassVar[str] = "flhc"
@@ -161,15 +128,19 @@ class FLHC(Strategy):
         *,
         fraction: float = 0.25,
         n_warmup: int = 10,
-        distance_threshold: float = 1.0,
+        distance_threshold: float | str = 1.0,
         linkage: LinkageName = "ward",
         metric: MetricName = "euclidean",
+        min_clusters: int = 2,
+        max_clusters: int | None = None,
     ) -> None:
         super().__init__(fraction=fraction)
         self.n_warmup = n_warmup
         self.distance_threshold = distance_threshold
         self.linkage = linkage
         self.metric = metric
+        self.min_clusters = min_clusters
+        self.max_clusters = max_clusters
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -179,6 +150,10 @@ class FLHC(Strategy):
         self.clustered_ = False
         self.clusters_: dict[str, str] = {}
         self.last_heights_: Float64Array | None = None
+        self.cut_: float | None = None
+        m = len(self.client_ids_)
+        self.similarity_: Float64Array = np.full((m, m), np.nan)
+        self.weakest_: dict[str, float] = {}
 
     def _validate(self) -> None:
         n_warmup = self.n_warmup
@@ -188,15 +163,21 @@ class FLHC(Strategy):
                 f"{n_warmup!r}; the default is 10"
             )
         threshold = self.distance_threshold
-        if (
+        check_positive_int("min_clusters", self.min_clusters)
+        if self.max_clusters is not None:
+            check_positive_int("max_clusters", self.max_clusters, minimum=self.min_clusters)
+        if threshold == AUTO:
+            pass
+        elif (
             isinstance(threshold, bool)
             or not isinstance(threshold, numbers.Real)
             or not np.isfinite(float(threshold))
             or threshold < 0
         ):
             raise UsageError(
-                f"distance_threshold must be a finite number >= 0, got {threshold!r}; pass "
-                "the dendrogram height at which to cut, e.g. 1.0"
+                f"distance_threshold must be a finite number >= 0 or 'auto', got "
+                f"{threshold!r}; pass the dendrogram height at which to cut, e.g. 1.0, or "
+                "'auto' to cut in the largest gap between merge heights"
             )
         if self.linkage not in LINKAGES:
             raise UsageError(
@@ -261,12 +242,22 @@ class FLHC(Strategy):
 
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
         """Cluster the answering clients by their updates; each cluster averages its members."""
-        labels, heights = hierarchical_clusters(
-            [r.delta for r in results],
-            float(self.distance_threshold),
-            linkage_name=self.linkage,
-            metric=self.metric,
-        )
+        deltas = [r.delta for r in results]
+        tree = linkage_tree(deltas, linkage_name=self.linkage, metric=self.metric)
+        heights = np.asarray(tree[:, 2], dtype=np.float64)
+        if self.distance_threshold == AUTO:
+            cut = largest_gap_cut(
+                heights, min_clusters=self.min_clusters, max_clusters=self.max_clusters
+            )
+        else:
+            cut = float(self.distance_threshold)
+        labels = flat_labels(tree, cut, len(results))
+        rows = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
+        cosine = cosine_similarity_matrix(deltas)
+        np.fill_diagonal(cosine, np.nan)
+        self.similarity_[np.ix_(rows, rows)] = cosine
+        self.weakest_ = {cluster_key(k): h for k, h in weakest_heights(tree, labels).items()}
+        self.cut_ = cut
         for position in range(int(labels.max()) + 1):
             members = [r for r, label in zip(results, labels, strict=True) if label == position]
             self.models_[cluster_key(position)] = weighted_average(
@@ -291,13 +282,14 @@ class FLHC(Strategy):
     def round_metrics(self) -> dict[str, float]:
         """Whether the clients are clustered (1) or not (0); just after the clustering round
         also the number of clusters found, the number of clients clustered, and the
-        dendrogram heights on either side of ``distance_threshold`` (the highest merge
-        made and the lowest merge refused), where they exist."""
+        dendrogram heights on either side of the cut (the highest merge made and the lowest
+        merge refused), where they exist, and the cut itself (``distance_threshold``)."""
         metrics = {"clustered": float(self.clustered_)}
         heights = self.last_heights_
-        if heights is None:
+        if heights is None or self.cut_ is None:
             return metrics
-        threshold = float(self.distance_threshold)
+        threshold = self.cut_
+        metrics["distance_threshold"] = threshold
         metrics["n_clusters"] = float(len(set(self.clusters_.values())))
         metrics["clustered_clients"] = float(len(self.clusters_))
         below, above = heights[heights <= threshold], heights[heights > threshold]
@@ -307,14 +299,33 @@ class FLHC(Strategy):
             metrics["merge_height_above_threshold"] = float(above.min())
         return metrics
 
+    def cluster_evidence(self) -> ClusterEvidence:
+        """The cosines of the clustering round's updates, and per cluster the height of the
+        highest dendrogram merge inside it (FL+HC's weakest merge)."""
+        labels = self.cluster_labels()
+        keys = sorted({self.model_key_for(c) for c in self.client_ids_})
+        return ClusterEvidence(
+            client_ids=self.client_ids_,
+            labels=tuple(labels[c] for c in self.client_ids_),
+            similarity=self.similarity_.copy(),
+            measure="cosine similarity of the weight updates of FL+HC's clustering round",
+            settled=self.clustered_,
+            weakest_merges={keys.index(k): h for k, h in self.weakest_.items() if k in keys},
+            merge_measure=f"{self.linkage} linkage height of the highest merge inside the "
+            f"cluster ({self.metric} distance between updates; higher is weaker)",
+            unrelated=0.0,
+        )
+
     # -- state -----------------------------------------------------------------------------
 
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
         meta: JsonDict = {
             "clustered": bool(self.clustered_),
             "clusters": [self.clusters_.get(c) for c in self.client_ids_],
+            "cut": self.cut_,
+            "weakest": dict(self.weakest_),
         }
-        return meta, {}
+        return meta, {"similarity": self.similarity_.copy()}
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         self._validate()
@@ -332,3 +343,11 @@ class FLHC(Strategy):
             c: k for c, k in zip(self.client_ids_, clusters, strict=True) if k is not None
         }
         self.last_heights_ = None
+        cut = meta.get("cut")
+        self.cut_ = None if cut is None else float(cut)
+        self.weakest_ = {str(k): float(v) for k, v in meta.get("weakest", {}).items()}
+        m = len(self.client_ids_)
+        saved = arrays.get("similarity")
+        self.similarity_ = (
+            np.full((m, m), np.nan) if saved is None else np.array(saved, dtype=np.float64)
+        )

@@ -31,6 +31,7 @@ import numpy as np
 
 from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
+from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
 from faultfleet.tasks import EvaluateResult, Failure, FitResult
 from faultfleet.types import ModelFactory
 
@@ -81,6 +82,7 @@ class IFCA(Strategy):
             self.models_[cluster_key(j)] = np.array(model_factory(j), dtype=np.float32)
         self.fit_keys_: dict[str, str] = {}
         self.eval_keys_: dict[str, str] = {}
+        self.same_model_ = SameModelSimilarity(self.client_ids_)
 
     # -- training --------------------------------------------------------------------------
 
@@ -97,6 +99,7 @@ class IFCA(Strategy):
             by_cluster.setdefault(r.model_key, []).append(r)
             self.fit_keys_[r.client_id] = r.model_key
             self.eval_keys_.pop(r.client_id, None)
+        self.same_model_.record(server_round, results)
         for key, members in by_cluster.items():
             self.models_[key] = weighted_average(
                 [r.weights for r in members], [r.num_samples for r in members]
@@ -130,6 +133,15 @@ class IFCA(Strategy):
         for r in results:
             self.eval_keys_[r.client_id] = r.model_key
 
+    def cluster_evidence(self) -> ClusterEvidence:
+        """Cosines of updates of the same cluster model: the k models start from their own
+        initialisations, so updates of different models are not compared."""
+        labels = self.cluster_labels()
+        return self.same_model_.evidence(
+            [labels[c] for c in self.client_ids_],
+            merge_measure="n/a: IFCA keeps k clusters and never merges them",
+        )
+
     # -- state -----------------------------------------------------------------------------
 
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
@@ -137,7 +149,7 @@ class IFCA(Strategy):
             "fit_keys": [self.fit_keys_.get(c) for c in self.client_ids_],
             "eval_keys": [self.eval_keys_.get(c) for c in self.client_ids_],
         }
-        return meta, {}
+        return meta, self.same_model_.arrays("same_model_")
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         if len(self.models_) != self.n_clusters:
@@ -147,6 +159,8 @@ class IFCA(Strategy):
             )
         self.fit_keys_ = _present(self.client_ids_, meta["fit_keys"])
         self.eval_keys_ = _present(self.client_ids_, meta["eval_keys"])
+        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        self.same_model_.load(self.client_ids_, arrays, "same_model_")
 
 
 def _present(client_ids: Sequence[str], keys: Sequence[str | None]) -> dict[str, str]:

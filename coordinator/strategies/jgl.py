@@ -59,8 +59,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import weighted_average
+from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_average
 from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
 from coordinator.strategies.ifca import cluster_key
 from coordinator.strategies.jgl_identity import (
     Reference,
@@ -79,7 +80,7 @@ from faultfleet.tasks import (
     ProbeInstructions,
     ProbeResults,
 )
-from faultfleet.types import ModelFactory
+from faultfleet.types import Float64Array, ModelFactory
 
 
 class JointGradientLoss(Strategy):
@@ -154,6 +155,8 @@ class JointGradientLoss(Strategy):
         self.plan_: dict[str, int] | None = None
         self.metrics_: dict[str, float] = {}
         self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
+        m = len(self.client_ids_)
+        self.similarity_: Float64Array = np.full((m, m), np.nan)
 
     # -- probe: losses and gradients, identities -------------------------------------------
 
@@ -205,6 +208,7 @@ class JointGradientLoss(Strategy):
                     [np.asarray(r.gradients[key], np.float32) for key in keys]
                 )
             similarities.append(float(similarity[k]))
+        self._record_similarity(results, keys)
         self.choices_ = chosen
         self.metrics_ = {
             "probed": float(len(self.probed_)),
@@ -212,6 +216,18 @@ class JointGradientLoss(Strategy):
             "similarity_used": float(use_similarity),
             "mean_chosen_similarity": float(np.mean(similarities)) if similarities else 0.0,
         }
+
+    def _record_similarity(self, results: ProbeResults, keys: Sequence[str]) -> None:
+        """Mean over the K models of the cosine of two devices' probe gradients, for every
+        pair that answered: both computed on the same models, so comparable across clusters."""
+        answered = [r for r in results if isinstance(r, GradientResult)]
+        if len(answered) < 2:
+            return
+        total = np.zeros((len(answered), len(answered)))
+        for key in keys:
+            total += cosine_similarity_matrix([r.gradients[key] for r in answered])
+        rows = [self._index(r.client_id) for r in answered]
+        record_pairs(self.similarity_, rows, total / len(keys))
 
     def _check_probe_answer(
         self, r: GradientResult, keys: list[str], seen: Mapping[str, int]
@@ -312,6 +328,18 @@ class JointGradientLoss(Strategy):
         """Latest identity of every client; ``n_clusters`` for clients not placed yet."""
         return {c: self.identities_.get(c, self.n_clusters) for c in self.client_ids_}
 
+    def cluster_evidence(self) -> ClusterEvidence:
+        """The devices' probe gradients compared on each of the K models (latest per pair)."""
+        labels = self.cluster_labels()
+        return ClusterEvidence(
+            client_ids=self.client_ids_,
+            labels=tuple(labels[c] for c in self.client_ids_),
+            similarity=self.similarity_.copy(),
+            measure="cosine similarity of two devices' probe gradients, averaged over the K "
+            "cluster models (latest probe of the pair)",
+            merge_measure="n/a: JGL keeps K clusters and never merges them",
+        )
+
     def round_metrics(self) -> dict[str, float]:
         """Last round: probed, probe_failures, similarity_used, mean_chosen_similarity,
         identity_changes, empty_cluster_fixes, clusters_trained."""
@@ -329,7 +357,11 @@ class JointGradientLoss(Strategy):
             "plan": None if self.plan_ is None else dict(self.plan_),
             "metrics": dict(self.metrics_),
         }
-        arrays = {"last_update": self.last_update_.copy(), "has_update": self.has_update_.copy()}
+        arrays = {
+            "last_update": self.last_update_.copy(),
+            "has_update": self.has_update_.copy(),
+            "similarity": self.similarity_.copy(),
+        }
         return meta, arrays
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
@@ -349,3 +381,4 @@ class JointGradientLoss(Strategy):
         self.metrics_ = {str(k): float(v) for k, v in meta["metrics"].items()}
         self.last_update_ = np.array(arrays["last_update"], dtype=np.float32)
         self.has_update_ = np.array(arrays["has_update"], dtype=bool)
+        self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))

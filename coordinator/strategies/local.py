@@ -18,6 +18,7 @@ class Local(Strategy):
     """One model per client, never shared."""
 
     name: ClassVar[str] = "local"
+    clusters_learned: ClassVar[bool] = False
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         initial = model_factory(0)

@@ -1,10 +1,11 @@
 """``faultfleet sim``: run one strategy on a simulated federation and write its results.
 
-Writes ``OUT/results.json`` (settings, final accuracy, clusters found, ARI, purity, and a
-per-round history), ``OUT/accuracy.png`` and ``OUT/clusters.png`` (the FLACC paper's Fig. 6
-pair). With ``--compare fedavg`` (the default for clustered strategies) FedAvg runs on the
-same federation and seed and its curve is drawn beside; its results go to
-``OUT/compare-fedavg/results.json``.
+Writes ``OUT/results.json`` (settings, final accuracy, clusters found, ARI, purity, the
+cluster-quality figures that need no ground truth, and a per-round history),
+``OUT/accuracy.png`` and ``OUT/clusters.png`` (the FLACC paper's Fig. 6 pair), and prints
+the final numbers with the cluster-quality table. With ``--compare fedavg`` (the default
+for clustered strategies) FedAvg runs on the same federation and seed and its curve is
+drawn beside; its results go to ``OUT/compare-fedavg/results.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from faultfleet_apps.cli.arguments import (
 )
 from faultfleet_apps.cli.signals import machine_progress
 from faultfleet_apps.plotting import require_pyplot
+from faultfleet_apps.quality_table import format_quality
 from faultfleet_apps.simulation.config import PROFILES, SCENARIOS, SimConfig, profile
 from faultfleet_apps.simulation.membership import refuse_fixed_membership
 from faultfleet_apps.simulation.plots import plot_accuracy, plot_clusters
@@ -318,6 +320,7 @@ def run_sim(args: argparse.Namespace) -> int:
         f"{final['accuracy']:.4f}, {final['num_clusters']} clusters, ARI {final['ari']:.3f}, "
         f"purity {final['purity']:.3f}, {result.wall_seconds:.0f} s"
     )
+    print("\n".join(format_quality(result.quality_json())))
     print(f"results in {args.out}/results.json, plots accuracy.png and clusters.png")
     return 0
 

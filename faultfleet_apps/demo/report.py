@@ -1,4 +1,9 @@
-"""What the fleet demo prints and the report folder it writes."""
+"""What the fleet demo prints and the report folder it writes.
+
+Beside the clusters found against the hidden groups, both show the coordinator's cluster
+quality (``summary.json``'s ``cluster_quality``): the figures a plant without ground truth
+would have to go by.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 from faultfleet.scoring import clustering_scores
 from faultfleet_apps.demo.fleet import DemoOutcome, DemoPlan, live_accuracy
 from faultfleet_apps.plotting import pyplot
+from faultfleet_apps.quality_table import format_quality
 from faultfleet_apps.simulation.plots import plot_clusters
 
 
@@ -26,6 +32,11 @@ def _clusters(outcome: DemoOutcome) -> dict[str, list[str]]:
 def _float_map(outcome: DemoOutcome, key: str) -> dict[str, float]:
     values = outcome.summary.get(key, {})
     return {str(k): float(v) for k, v in values.items()} if isinstance(values, dict) else {}
+
+
+def _quality(outcome: DemoOutcome) -> dict[str, Any] | None:
+    quality = outcome.summary.get("cluster_quality")
+    return quality if isinstance(quality, dict) else None
 
 
 def found_labels(outcome: DemoOutcome) -> dict[str, int]:
@@ -59,6 +70,7 @@ def format_outcome(plan: DemoPlan, outcome: DemoOutcome) -> str:
     overall = outcome.summary.get("accuracy")
     if isinstance(overall, float):
         lines.append(f"mean test accuracy over agents: {overall:.1%}")
+    lines.extend(format_quality(_quality(outcome)))
     lines.append(
         f"live diagnosis: {len(outcome.live)} windows in {outcome.live_seconds:.1f} s = "
         f"{rate:.0f} diagnoses per second across {plan.machines} agents, ONNX Runtime model "
@@ -85,6 +97,7 @@ def write_report(plan: DemoPlan, outcome: DemoOutcome) -> Path:
             "num_clusters": scores.num_clusters,
             "ari": scores.ari,
             "purity": scores.purity,
+            "confidence": (_quality(outcome) or {}).get("confidence"),
         },
         "true_groups": truth,
         "live": {

@@ -22,6 +22,7 @@ from typing import Any
 
 from coordinator.engine.rounds import EvaluationReport, RoundEngine
 from coordinator.engine.state import has_state, load_state, save_state
+from coordinator.strategies.quality import RunQuality, assess
 from coordinator.strategies.registry import make_strategy
 from edge_agent.batching import select_device
 from faultfleet.errors import UsageError
@@ -70,6 +71,10 @@ class RoundRecord:
     evaluated: int = 0
     """Members whose test accuracy makes up ``accuracy`` (0 on rounds not evaluated, and
     in histories written before the count was kept)."""
+    quality: dict[str, Any] = field(default_factory=dict)
+    """Cluster quality after the round (:func:`round_quality`): ``confidence``,
+    ``min_margin``, ``borderline_clusters`` and the round's scored ``merges``; empty in
+    histories written before it was kept."""
 
 
 @dataclass
@@ -82,6 +87,8 @@ class SimResult:
     clusters: dict[str, int]
     client_accuracy: dict[str, float]
     wall_seconds: float
+    quality: RunQuality | None = None
+    """Cluster quality of the final clustering (None for results built by hand)."""
 
     @property
     def true_groups(self) -> dict[str, int]:
@@ -118,7 +125,26 @@ class SimResult:
             "num_samples": {c.client_id: len(c.train) for c in self.federation.clients},
             "history": [_finite(asdict(r)) for r in self.history],
             "wall_seconds": self.wall_seconds,
+            "cluster_quality": self.quality_json(),
         }
+
+    def quality_json(self) -> dict[str, Any] | None:
+        """The final cluster quality with every merge of the run, each scored in its round."""
+        if self.quality is None:
+            return None
+        document = self.quality.to_json()
+        document["merges"] = [m for r in self.history for m in r.quality.get("merges", [])]
+        return document
+
+
+def round_quality(quality: RunQuality) -> dict[str, Any]:
+    """The run history's per-round summary of ``quality`` (figures and scored merges)."""
+    return {
+        "confidence": quality.confidence,
+        "min_margin": quality.min_margin,
+        "borderline_clusters": quality.borderline_clusters,
+        "merges": [m.to_json() for m in quality.merges],
+    }
 
 
 def _finite(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,6 +319,7 @@ def run_simulation(
             strategy_metrics=engine.strategy.round_metrics(),
             members=len(engine.fleet.client_ids()),
             evaluated=0 if evaluation is None else len(evaluation.accuracy_by_client()),
+            quality=round_quality(assess(engine.strategy.cluster_evidence(), report.server_round)),
         )
         history.append(record)
         if checkpoint_dir is not None:
@@ -314,4 +341,5 @@ def run_simulation(
         clusters=engine.strategy.cluster_labels(),
         client_accuracy=accuracy_by_client,
         wall_seconds=clock() - start,
+        quality=assess(engine.strategy.cluster_evidence()),
     )

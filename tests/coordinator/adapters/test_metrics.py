@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -26,7 +28,18 @@ DESIGN_METRICS = {
     "faultfleet_cluster_accuracy_ratio": "gauge",
     "faultfleet_models_published_total": "counter",
     "faultfleet_broker_connected": "gauge",
+    "faultfleet_cluster_confidence_ratio": "gauge",
+    "faultfleet_cluster_min_margin": "gauge",
+    "faultfleet_clusters_borderline": "gauge",
+    "faultfleet_merges_borderline_total": "counter",
 }
+
+QUALITY_METRICS = (
+    "faultfleet_cluster_confidence_ratio",
+    "faultfleet_cluster_min_margin",
+    "faultfleet_clusters_borderline",
+    "faultfleet_merges_borderline_total",
+)
 
 
 def cluster_series(registry: CollectorRegistry, name: str) -> dict[str, float]:
@@ -180,3 +193,43 @@ def test_instances_without_a_registry_do_not_collide() -> None:
     assert value(second.registry, "faultfleet_models_published_total") == 0.0
     shared = CollectorRegistry()
     assert CoordinatorMetrics(shared).registry is shared
+
+
+def test_cluster_quality_is_reported_without_labels() -> None:
+    # Prepare
+    metrics = CoordinatorMetrics()
+    reg = metrics.registry
+    before = samples(reg)
+
+    # Execute
+    metrics.set_cluster_quality(0.72, 0.41, borderline_clusters=1, borderline_merges=2)
+    metrics.set_cluster_quality(0.30, 0.05, borderline_clusters=2, borderline_merges=1)
+
+    # Assert: one unlabelled series per metric, before and after, whatever the fleet
+    scraped = samples(reg)
+    for snapshot in (before, scraped):
+        quality = [key for key in snapshot if key[0].startswith(QUALITY_METRICS)]
+        assert all(labels == () for _, labels in quality)
+    assert value(reg, "faultfleet_cluster_confidence_ratio") == pytest.approx(0.30)
+    assert value(reg, "faultfleet_cluster_min_margin") == pytest.approx(0.05)
+    assert value(reg, "faultfleet_clusters_borderline") == 2.0
+    assert value(reg, "faultfleet_merges_borderline_total") == 3.0
+
+
+def test_cluster_quality_without_a_figure_reads_nan_and_bad_values_are_refused() -> None:
+    # Prepare
+    metrics = CoordinatorMetrics()
+    reg = metrics.registry
+    assert math.isnan(value(reg, "faultfleet_cluster_confidence_ratio"))
+
+    # Execute
+    metrics.set_cluster_quality(0.9, 0.3, borderline_clusters=0)
+    metrics.set_cluster_quality(None, None, borderline_clusters=0)
+
+    # Assert
+    assert math.isnan(value(reg, "faultfleet_cluster_confidence_ratio"))
+    assert math.isnan(value(reg, "faultfleet_cluster_min_margin"))
+    with pytest.raises(ValueError, match="ratio from 0 to 1"):
+        metrics.set_cluster_quality(1.5, 0.1, borderline_clusters=0)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        metrics.set_cluster_quality(0.5, 0.1, borderline_clusters=-1)

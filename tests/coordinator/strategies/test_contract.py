@@ -11,6 +11,7 @@ import pytest
 from coordinator.engine.rounds import RoundEngine
 from coordinator.engine.state import load_state, save_state
 from coordinator.strategies.base import Strategy
+from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import STRATEGIES, make_strategy
 from faultfleet.tasks import FitInstruction, FitResult, FitTask, TrainConfig, client_seed
 from tests.coordinator.fakes import SyntheticFleet, seeded_factory
@@ -155,6 +156,10 @@ def test_resumed_run_equals_uninterrupted(new_strategy: Factory, stop: int, tmp_
     for _ in range(total - stop):
         resumed.run_round()
     assert resumed.strategy.cluster_labels() == uninterrupted.strategy.cluster_labels()
+    assert (
+        assess(resumed.strategy.cluster_evidence(), total).to_json()
+        == assess(uninterrupted.strategy.cluster_evidence(), total).to_json()
+    )
     assert set(resumed.strategy.models) == set(uninterrupted.strategy.models)
     for key, weights in uninterrupted.strategy.models.items():
         np.testing.assert_array_equal(resumed.strategy.models[key], weights)
@@ -168,6 +173,32 @@ def test_every_client_has_a_cluster_and_a_model(new_strategy: Factory) -> None:
     assert strategy.num_clusters == len(set(labels.values()))
     for client in labels:
         assert set(strategy.predict_models(client)) <= set(strategy.models)
+
+
+def test_cluster_evidence_describes_the_clustering(new_strategy: Factory) -> None:
+    strategy = new_strategy()
+    engine = run(strategy, 6)
+    labels = strategy.cluster_labels()
+
+    evidence = strategy.cluster_evidence()
+    quality = assess(evidence, engine.server_round)
+
+    assert evidence.client_ids == strategy.client_ids_
+    assert evidence.labels == tuple(labels[c] for c in strategy.client_ids_)
+    m = len(strategy.client_ids_)
+    if strategy.clusters_learned:
+        assert evidence.similarity is not None
+        assert evidence.similarity.shape == (m, m)
+        assert quality.basis == "learned"
+        known = evidence.similarity[~np.isnan(evidence.similarity)]
+        assert known.size > 0
+        assert np.all(np.abs(known) <= 1.0 + 1e-9)
+    else:
+        assert (quality.basis, quality.confidence) == ("given", 1.0)
+    assert quality.confidence is None or 0.0 <= quality.confidence <= 1.0
+    assert sorted(c.size for c in quality.clusters) == sorted(
+        list(labels.values()).count(k) for k in set(labels.values())
+    )
 
 
 def _tasks(

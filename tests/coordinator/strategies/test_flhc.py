@@ -16,7 +16,8 @@ import pytest
 from coordinator.engine.rounds import RoundEngine
 from coordinator.strategies.base import StrategyState
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.flhc import FLHC, hierarchical_clusters
+from coordinator.strategies.flhc import FLHC
+from coordinator.strategies.flhc_tree import hierarchical_clusters
 from coordinator.strategies.registry import make_strategy
 from faultfleet.tasks import FitResult, TrainConfig
 from faultfleet.types import FloatArray

@@ -25,7 +25,12 @@ def test_sim_writes_results_and_plots(tmp_path: Path, capsys: pytest.CaptureFixt
     assert (out / "clusters.png").stat().st_size > 0
     compared = json.loads((out / "compare-fedavg" / "results.json").read_text())
     assert compared["strategy"] == "fedavg"
-    assert "accuracy" in capsys.readouterr().out
+    assert compared["cluster_quality"]["basis"] == "given"
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed
+    confidence = document["cluster_quality"]["confidence"]
+    shown = "n/a" if confidence is None else f"{confidence:.3f}"
+    assert f"cluster quality (clusters not final yet): confidence {shown}" in printed
 
 
 def test_strategy_options_reach_the_strategy(tmp_path: Path) -> None:

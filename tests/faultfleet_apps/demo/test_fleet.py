@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from coordinator.runtime.settings import CoordinatorSettings
+from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.quality import assess
 from edge_agent.settings import AgentSettings
 from faultfleet.wire.messages import Diagnosis
 from faultfleet.wire.settings import load_settings
@@ -108,12 +112,18 @@ def test_live_accuracy_counts_only_windows_with_a_known_label() -> None:
 
 def test_report_scores_the_clusters_against_the_hidden_groups(tmp_path: Path) -> None:
     plan = DemoPlan(out=tmp_path, clients_per_group=2, groups=2)
+    similarity = np.array([[np.nan, 0.8, 0.1, 0.1], [0.8, np.nan, 0.1, 0.1]] * 2)
+    similarity[2:] = [[0.1, 0.1, np.nan, 0.6], [0.1, 0.1, 0.6, np.nan]]
+    quality = assess(
+        ClusterEvidence(("m00", "m01", "m02", "m03"), (0, 0, 1, 1), similarity, "update cosines")
+    )
     outcome = DemoOutcome(
         summary={
             "clusters": {"cluster-0": ["m00", "m01"], "cluster-1": ["m02", "m03"]},
             "accuracy_by_cluster": {"cluster-0": 0.8, "cluster-1": 0.9},
             "accuracy": 0.85,
             "model_version": 3,
+            "cluster_quality": quality.to_json(),
         },
         live=[_diagnosis("m00", "cluster-0", 1, 1), _diagnosis("m02", "cluster-1", 5, 4)],
         live_seconds=2.0,
@@ -128,4 +138,8 @@ def test_report_scores_the_clusters_against_the_hidden_groups(tmp_path: Path) ->
     assert found_labels(outcome) == {"m00": 0, "m01": 0, "m02": 1, "m03": 1}
     assert "clusters found: 2 (truth: 2 groups), adjusted Rand index 1.00" in text
     assert "2 windows in 2.0 s = 1 diagnoses per second" in text
+    assert "cluster quality: confidence 1.000, min margin 0.500, 0 borderline" in text
     assert {p.name for p in folder.iterdir()} == {"summary.json", "clusters.png", "accuracy.png"}
+    written = json.loads((folder / "summary.json").read_text())
+    assert written["clustering"]["confidence"] == 1.0
+    assert written["coordinator"]["cluster_quality"]["clusters"][1]["margin"] == pytest.approx(0.5)

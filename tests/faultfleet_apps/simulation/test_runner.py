@@ -48,6 +48,21 @@ def test_results_document_has_every_field(federation) -> None:  # type: ignore[n
             assert record[key] is not None
         assert record["bytes_down"] > 0
         assert record["bytes_up"] > 0
+        assert set(record["quality"]) == {
+            "confidence",
+            "min_margin",
+            "borderline_clusters",
+            "merges",
+        }
+    quality = document["cluster_quality"]
+    assert quality["basis"] == "learned"
+    assert quality["measure"].startswith("cosine similarity of weight updates (FLACC eq. 19)")
+    assert sorted(member for c in quality["clusters"] for member in c["members"]) == sorted(
+        document["clusters"]
+    )
+    merged_in_history = [m for h in history for m in h["quality"]["merges"]]
+    assert quality["merges"] == merged_in_history
+    assert quality["confidence"] is None or 0.0 <= quality["confidence"] <= 1.0
 
 
 def test_same_seed_gives_the_same_run(federation) -> None:  # type: ignore[no-untyped-def]
