@@ -15,7 +15,14 @@ We follow Algorithm 1 of that paper:
       ‖Σ_{i∈c} (n_i/n_c) Δθ_i‖ < ε₁   and   max_{i∈c} ‖Δθ_i‖ > ε₂
 
   and, as in the authors' experiments, only after a warm-up of ``min_rounds`` rounds and
-  only when the cluster is large enough to be split;
+  only when the cluster is large enough to be split. ε₁ and ε₂ compare update norms, which
+  depend on the model, the optimiser and the epochs; ``criterion="similarity"`` asks the
+  data instead: a cluster splits when the mean cosine across its optimal bipartition is
+  below ``cross_share`` times the mean cosine inside the two halves — the halves are less
+  than half as alike to each other as to themselves. It is Sattler et al.'s separation gap
+  (the least similar pair inside the halves against the most similar pair across, which
+  noise makes useless once groups hold more than a few clients) taken on means, and it does
+  not depend on the unit of anything;
 * the split is the optimal bipartition of the members' cosine-similarity matrix α
   (FLACC eq. 19): the bipartition c₁ ∪ c₂ minimising max_{i∈c₁, j∈c₂} α_ij (FLACC §III,
   Remark 3), which Sattler et al. compute by complete-linkage hierarchical clustering of −α
@@ -47,6 +54,9 @@ from faultfleet.types import Float64Array, IntArray, ModelFactory
 
 logger = logging.getLogger(__name__)
 
+CRITERIA = ("norms", "similarity")
+"""When CFL splits a cluster: Sattler et al.'s update norms, or the bipartition's similarity."""
+
 
 def optimal_bipartition(similarity: Float64Array) -> IntArray:
     """Split clients in two so that the largest cross-similarity is smallest (FLACC Remark 3).
@@ -73,6 +83,31 @@ def optimal_bipartition(similarity: Float64Array) -> IntArray:
     return labels if labels[0] == 0 else 1 - labels
 
 
+def bipartition_share(similarity: Float64Array, halves: IntArray) -> float:
+    """Mean similarity across a bipartition over the mean similarity inside its halves.
+
+    Parameters
+    ----------
+    similarity : array of shape (m, m)
+        Cosine similarity of the members' updates.
+    halves : array of shape (m,)
+        0 or 1 per member (:func:`optimal_bipartition`).
+
+    Returns
+    -------
+    float
+        ``mean across / mean inside``; 1.0 (never split) when the halves hold no pair or
+        their members are not alike at all (mean inside <= 0).
+    """
+    first, second = np.flatnonzero(halves == 0), np.flatnonzero(halves == 1)
+    inside = np.concatenate(
+        [similarity[np.ix_(h, h)][np.triu_indices(len(h), k=1)] for h in (first, second)]
+    )
+    if inside.size == 0 or inside.mean() <= 0:
+        return 1.0
+    return float(similarity[np.ix_(first, second)].mean() / inside.mean())
+
+
 class CFL(Strategy):
     """Recursive bipartitioning of the federation, one model per cluster.
 
@@ -87,6 +122,12 @@ class CFL(Strategy):
     min_cluster_size : int
         A cluster is split only if it has at least ``2 * min_cluster_size`` answering
         members. The bipartition itself is not constrained, as in Sattler et al.
+    criterion : {"norms", "similarity"}
+        When to split: Sattler et al.'s ε₁ / ε₂ on update norms, or the bipartition's
+        cross similarity against ``cross_share`` (module docstring).
+    cross_share : float
+        With ``criterion="similarity"``: split when the mean cosine across the bipartition
+        is below this share of the mean cosine inside its halves, in (0, 1).
     fraction : float
         Must be 1.0: CFL requires every client every round.
 
@@ -105,9 +146,10 @@ class CFL(Strategy):
     Notes
     -----
     The defaults ε₁ = 0.4, ε₂ = 1.6 are those Sattler et al. publish for their experiments.
-    Update norms scale with the model, optimiser, learning rate and local epochs, so these
-    must be tuned per setup: log :attr:`last_norms_` for a few runs without splitting and
-    set ε₁ just above the mean-norm plateau and ε₂ below the max norms it still shows.
+    Update norms scale with the model, optimiser, learning rate and local epochs, so with
+    ``criterion="norms"`` they must be tuned per setup: log :attr:`last_norms_` for a few
+    runs without splitting and set ε₁ just above the mean-norm plateau and ε₂ below the max
+    norms it still shows. ``criterion="similarity"`` needs no such tuning.
 
     A cluster is tested only in a round where *all* its members answered: a bipartition of
     a subset would leave the silent members without a half. Its model is still averaged
@@ -125,6 +167,8 @@ class CFL(Strategy):
         eps2: float = 1.6,
         min_rounds: int = 20,
         min_cluster_size: int = 2,
+        criterion: str = "norms",
+        cross_share: float = 0.5,
         fraction: float = 1.0,
     ) -> None:
         super().__init__(fraction=fraction)
@@ -132,6 +176,8 @@ class CFL(Strategy):
         self.eps2 = eps2
         self.min_rounds = min_rounds
         self.min_cluster_size = min_cluster_size
+        self.criterion = criterion
+        self.cross_share = cross_share
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         if self.fraction != 1.0:
@@ -145,12 +191,22 @@ class CFL(Strategy):
                 raise UsageError(f"{name} must be >= 0, got {value}")
         check_positive_int("min_rounds", self.min_rounds, minimum=0)
         check_positive_int("min_cluster_size", self.min_cluster_size)
+        if self.criterion not in CRITERIA:
+            raise ValueError(
+                f"criterion must be one of {', '.join(map(repr, CRITERIA))}, got "
+                f"{self.criterion!r}; 'norms' is Sattler et al.'s eps1/eps2, 'similarity' "
+                "needs no threshold in update-norm units"
+            )
+        check_finite("cross_share", self.cross_share)
+        if not 0.0 < self.cross_share < 1.0:
+            raise ValueError(f"cross_share must be in (0, 1), got {self.cross_share}")
         first = "cluster-0"
         self.models_[first] = np.array(model_factory(0), dtype=np.float32)
         self.clusters_: dict[str, str] = dict.fromkeys(self.client_ids_, first)
         self.next_cluster_id_ = 1
         self.last_norms_: dict[str, tuple[float, float]] = {}
         self.last_splits_: list[tuple[str, str, str]] = []
+        self.last_shares_: dict[str, float] = {}
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
 
@@ -173,6 +229,7 @@ class CFL(Strategy):
             by_cluster.setdefault(r.model_key, []).append(r)
         self.last_norms_ = {}
         self.last_splits_ = []
+        self.last_shares_ = {}
         if results:
             rows = [self._index(r.client_id) for r in results]
             record_pairs(
@@ -193,8 +250,8 @@ class CFL(Strategy):
                 mean_norm,
                 max_norm,
             )
-            if self._should_split(server_round, key, members, mean_norm, max_norm):
-                self._split(key, members)
+            if self._eligible(server_round, key, members):
+                self._test_split(key, members, mean_norm, max_norm)
 
     def cluster_evidence(self) -> ClusterEvidence:
         """The cosines of the last round's updates of every client, across clusters (all
@@ -212,35 +269,45 @@ class CFL(Strategy):
 
     def round_metrics(self) -> dict[str, float]:
         """Largest mean and max update norms over the clusters of the last round: the two
-        numbers eps1 and eps2 are compared with."""
+        numbers eps1 and eps2 are compared with; with ``criterion="similarity"`` also the
+        lowest cross share of a bipartition tested (``cross_share``)."""
         if not self.last_norms_:
             return {}
-        return {
+        metrics = {
             "mean_update_norm": max(mean for mean, _ in self.last_norms_.values()),
             "max_update_norm": max(largest for _, largest in self.last_norms_.values()),
         }
+        if self.last_shares_:
+            metrics["cross_share"] = min(self.last_shares_.values())
+        return metrics
 
-    def _should_split(
-        self,
-        server_round: int,
-        key: str,
-        members: Sequence[FitResult],
-        mean_norm: float,
-        max_norm: float,
-    ) -> bool:
-        """The two criteria of Sattler et al., the warm-up, and a complete, large enough cluster."""
+    def _eligible(self, server_round: int, key: str, members: Sequence[FitResult]) -> bool:
+        """The warm-up is over and the cluster is complete and large enough to be split."""
         everyone_answered = len(members) == sum(1 for k in self.clusters_.values() if k == key)
         return (
             everyone_answered
             and server_round >= self.min_rounds
             and len(members) > 2 * self.min_cluster_size - 1
-            and mean_norm < self.eps1
-            and max_norm > self.eps2
         )
 
-    def _split(self, key: str, members: Sequence[FitResult]) -> None:
-        """Replace cluster ``key`` by its optimal bipartition, both halves on its model."""
-        halves = optimal_bipartition(cosine_similarity_matrix([r.delta for r in members]))
+    def _test_split(
+        self, key: str, members: Sequence[FitResult], mean_norm: float, max_norm: float
+    ) -> None:
+        """Split ``key`` if the criterion says so: norms (Sattler et al.) or similarity."""
+        if self.criterion == "norms":
+            if mean_norm < self.eps1 and max_norm > self.eps2:
+                similarity = cosine_similarity_matrix([r.delta for r in members])
+                self._split(key, members, optimal_bipartition(similarity))
+            return
+        similarity = cosine_similarity_matrix([r.delta for r in members])
+        halves = optimal_bipartition(similarity)
+        share = bipartition_share(similarity, halves)
+        self.last_shares_[key] = share
+        if share < self.cross_share:
+            self._split(key, members, halves)
+
+    def _split(self, key: str, members: Sequence[FitResult], halves: IntArray) -> None:
+        """Replace cluster ``key`` by the bipartition ``halves``, both halves on its model."""
         new_keys = (f"cluster-{self.next_cluster_id_}", f"cluster-{self.next_cluster_id_ + 1}")
         self.next_cluster_id_ += 2
         model = self.models_.pop(key)
@@ -273,4 +340,5 @@ class CFL(Strategy):
         self.next_cluster_id_ = int(meta["next_cluster_id"])
         self.last_norms_ = {}
         self.last_splits_ = []
+        self.last_shares_ = {}
         self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))

@@ -23,7 +23,7 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
   no update is thrown away.
 - Two clients end in one cluster when the dendrogram joins them at a height ≤
   ``distance_threshold`` (scipy's ``fcluster(criterion="distance")``); with
-  ``distance_threshold="auto"`` the height is read from the dendrogram itself, in the
+  ``distance_threshold=None`` the height is read from the dendrogram itself, in the
   largest gap between merge heights (:mod:`.flhc_cut`). Heights are those of
   :func:`scipy.cluster.hierarchy.linkage`: for ``ward`` on Euclidean distances, two single
   clients merge at their Euclidean distance and larger clusters at the Ward distance
@@ -56,7 +56,6 @@ from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_
 from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.flhc_tree import (
-    AUTO,
     LINKAGES,
     METRICS,
     LinkageName,
@@ -89,15 +88,15 @@ class FLHC(Strategy):
         Client fraction c sampled in every round but the clustering round.
     n_warmup : int
         FedAvg rounds before clustering (>= 0); the clustering round is ``n_warmup + 1``.
-    distance_threshold : float or "auto"
+    distance_threshold : float or None
         Dendrogram cut (>= 0), in the units of ``metric``: Euclidean norm of weight
-        differences, or cosine distance in [0, 2]; ``"auto"`` cuts in the largest gap
+        differences, or cosine distance in [0, 2]; None cuts in the largest gap
         between the merge heights (:func:`.flhc_cut.largest_gap_cut`). A number depends on
         the model, optimiser and local epochs: the run history's
         ``strategy_metrics.merge_height_below_threshold`` / ``…_above_threshold`` show the
         dendrogram heights around the cut.
     min_clusters, max_clusters : int
-        With ``"auto"``, the cut leaves at least ``min_clusters`` and at most
+        With ``distance_threshold=None``, the cut leaves at least ``min_clusters`` and at most
         ``max_clusters`` (None: no bound) clusters; ignored for a number.
     linkage : {"ward", "average", "complete", "single"}
         Linkage criterion; ``"ward"`` (the default, as in the paper) needs Euclidean distances.
@@ -128,7 +127,7 @@ class FLHC(Strategy):
         *,
         fraction: float = 0.25,
         n_warmup: int = 10,
-        distance_threshold: float | str = 1.0,
+        distance_threshold: float | None = 1.0,
         linkage: LinkageName = "ward",
         metric: MetricName = "euclidean",
         min_clusters: int = 2,
@@ -166,18 +165,16 @@ class FLHC(Strategy):
         check_positive_int("min_clusters", self.min_clusters)
         if self.max_clusters is not None:
             check_positive_int("max_clusters", self.max_clusters, minimum=self.min_clusters)
-        if threshold == AUTO:
-            pass
-        elif (
+        if threshold is not None and (
             isinstance(threshold, bool)
             or not isinstance(threshold, numbers.Real)
             or not np.isfinite(float(threshold))
             or threshold < 0
         ):
             raise UsageError(
-                f"distance_threshold must be a finite number >= 0 or 'auto', got "
+                f"distance_threshold must be a finite number >= 0 or none, got "
                 f"{threshold!r}; pass the dendrogram height at which to cut, e.g. 1.0, or "
-                "'auto' to cut in the largest gap between merge heights"
+                "none to cut in the largest gap between merge heights"
             )
         if self.linkage not in LINKAGES:
             raise UsageError(
@@ -245,7 +242,7 @@ class FLHC(Strategy):
         deltas = [r.delta for r in results]
         tree = linkage_tree(deltas, linkage_name=self.linkage, metric=self.metric)
         heights = np.asarray(tree[:, 2], dtype=np.float64)
-        if self.distance_threshold == AUTO:
+        if self.distance_threshold is None:
             cut = largest_gap_cut(
                 heights, min_clusters=self.min_clusters, max_clusters=self.max_clusters
             )

@@ -35,9 +35,6 @@ MetricName = Literal["euclidean", "cosine"]
 LINKAGES: tuple[str, ...] = ("average", "complete", "single", "ward")
 METRICS: tuple[str, ...] = ("cosine", "euclidean")
 
-AUTO = "auto"
-"""``distance_threshold`` value that asks for :func:`largest_gap_cut`."""
-
 
 def hierarchical_clusters(
     updates: Sequence[FloatArray],

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from coordinator.strategies.base import StrategyState
-from coordinator.strategies.cfl import CFL, optimal_bipartition
+from coordinator.strategies.cfl import CFL, bipartition_share, optimal_bipartition
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
 from faultfleet.types import FloatArray
@@ -28,7 +28,7 @@ def factory(j: int) -> FloatArray:
     return np.full(3, float(j), dtype=np.float32)
 
 
-def make_cfl(clients: Mapping[str, int] = GROUPS, **options: int | float) -> CFL:
+def make_cfl(clients: Mapping[str, int] = GROUPS, **options: int | float | str) -> CFL:
     strategy = CFL(**{"min_rounds": 3, **options})  # type: ignore[arg-type]
     strategy.initialize(list(clients), factory)
     return strategy
@@ -252,6 +252,8 @@ def test_fraction_below_one_raises() -> None:
         ({"eps2": float("nan")}, "eps2 must be a finite number"),
         ({"min_rounds": -1}, "min_rounds must be an integer >= 0"),
         ({"min_cluster_size": 0}, "min_cluster_size must be an integer >= 1"),
+        ({"criterion": "gap"}, "criterion must be one of 'norms', 'similarity', got 'gap'"),
+        ({"cross_share": 1.0}, r"cross_share must be in \(0, 1\), got 1.0"),
     ],
 )
 def test_bad_hyper_parameters_raise(options: dict[str, float], message: str) -> None:
@@ -261,6 +263,47 @@ def test_bad_hyper_parameters_raise(options: dict[str, float], message: str) -> 
     # Execute / Assert
     with pytest.raises(ValueError, match=message):
         strategy.initialize(list(GROUPS), factory)
+
+
+def test_bipartition_share_by_hand() -> None:
+    # Prepare: halves {0, 1} and {2, 3}; inside 0.8 and 0.6, across 0.1 and 0.3
+    similarity = np.array(
+        [[1.0, 0.8, 0.1, 0.3], [0.8, 1.0, 0.3, 0.1], [0.1, 0.3, 1.0, 0.6], [0.3, 0.1, 0.6, 1.0]]
+    )
+    halves = np.array([0, 0, 1, 1])
+
+    # Execute / Assert: mean across 0.2, mean inside 0.7
+    assert bipartition_share(similarity, halves) == pytest.approx(0.2 / 0.7)
+    assert bipartition_share(-similarity, halves) == 1.0  # halves not alike at all: no split
+
+
+def test_similarity_criterion_splits_two_groups_whatever_the_norms() -> None:
+    # Prepare: norms far outside eps1/eps2 (mean 0.5 of the scale 50), yet opposite groups
+    strategy = make_cfl(criterion="similarity", eps1=0.4, eps2=1.6)
+    big = {c: 25.0 * u for c, u in opposite_updates(GROUPS, common=2.0).items()}
+
+    # Execute
+    for server_round in (1, 2, 3):
+        train_round(strategy, server_round, big)
+
+    # Assert: split at min_rounds, into the groups; the share is reported
+    assert strategy.num_clusters == 2
+    assert groups_found(strategy, GROUPS) == pytest.approx(1.0)
+
+
+def test_similarity_criterion_keeps_one_group_together() -> None:
+    # Prepare: four clients of one group, updates along e₁ with noise
+    one_group = dict.fromkeys(("a0", "a1", "a2", "a3"), 0)
+    strategy = make_cfl(one_group, criterion="similarity")
+    updates = opposite_updates(one_group)
+
+    # Execute
+    for server_round in (1, 2, 3, 4):
+        train_round(strategy, server_round, updates)
+
+    # Assert
+    assert strategy.num_clusters == 1
+    assert strategy.round_metrics()["cross_share"] > 0.9
 
 
 def test_result_for_another_cluster_raises() -> None:

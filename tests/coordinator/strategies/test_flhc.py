@@ -236,6 +236,48 @@ def test_round_metrics_bracket_the_threshold() -> None:
     assert strategy.round_metrics() == {"clustered": 1.0}
 
 
+def test_no_threshold_cuts_in_the_largest_gap_and_reports_the_cut() -> None:
+    # Prepare: merges at 0.3 and 0.6 inside the groups, then one far above 4
+    strategy = make_flhc(n_warmup=0, distance_threshold=None)
+
+    # Execute
+    train_round(strategy, 1)
+    metrics = strategy.round_metrics()
+
+    # Assert: two clusters, cut at the geometric mean of 0.6 and the groups' height
+    labels = strategy.cluster_labels()
+    assert labels["a0"] == labels["a1"] != labels["b0"] == labels["b1"]
+    top = metrics["merge_height_above_threshold"]
+    assert metrics["distance_threshold"] == pytest.approx(np.sqrt(0.6 * top))
+
+
+def test_no_threshold_obeys_the_cluster_bounds() -> None:
+    strategy = make_flhc(n_warmup=0, distance_threshold=None, min_clusters=3)
+
+    train_round(strategy, 1)
+
+    assert strategy.num_clusters == 3
+
+
+def test_evidence_is_the_clustering_rounds_cosines_and_weakest_heights() -> None:
+    # Prepare
+    strategy = make_flhc(n_warmup=0, distance_threshold=1.0)
+
+    # Execute
+    before = strategy.cluster_evidence()
+    train_round(strategy, 1)
+    evidence = strategy.cluster_evidence()
+
+    # Assert: cos(a0, b0) = −1; the weakest merges are the within-group heights 0.3 and 0.6
+    assert not before.settled
+    assert np.isnan(before.similarity).all()
+    assert evidence.settled
+    assert evidence.similarity[0, 2] == pytest.approx(-1.0)
+    assert np.isnan(evidence.similarity[0, 0])
+    a, b = evidence.labels[0], evidence.labels[2]
+    assert dict(evidence.weakest_merges) == pytest.approx({a: 0.3, b: 0.6})
+
+
 def test_clients_absent_at_clustering_stay_on_the_global_model() -> None:
     # Prepare: b1 is offline in the clustering round
     strategy = make_flhc(n_warmup=0, fraction=1.0)
@@ -311,6 +353,8 @@ def test_registry_passes_the_fraction() -> None:
         ({"distance_threshold": -0.5}, r"distance_threshold must be a finite number >= 0"),
         ({"distance_threshold": float("inf")}, r"distance_threshold must be .*got inf"),
         ({"distance_threshold": "far"}, r"distance_threshold must be .*got 'far'"),
+        ({"min_clusters": 0}, r"min_clusters must be an integer >= 1"),
+        ({"min_clusters": 3, "max_clusters": 2}, r"max_clusters must be an integer >= 3"),
         ({"linkage": "centroid"}, r"linkage must be one of .*got 'centroid'"),
         ({"metric": "manhattan"}, r"metric must be one of .*got 'manhattan'"),
         (

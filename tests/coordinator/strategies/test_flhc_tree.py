@@ -1,0 +1,70 @@
+"""FL+HC's dendrogram cut from the data: the largest gap, its bounds, weakest heights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.cluster.hierarchy import fcluster, linkage
+
+from coordinator.strategies.flhc_tree import largest_gap_cut, weakest_heights
+
+# 6 clients: three merges inside groups (0.1–0.2), then two between groups (1.0, 1.2)
+HEIGHTS = np.array([0.1, 0.15, 0.2, 1.0, 1.2])
+
+
+def test_the_cut_falls_in_the_largest_log_gap() -> None:
+    # Execute
+    cut = largest_gap_cut(HEIGHTS, min_clusters=1, max_clusters=None)
+
+    # Assert: between 0.2 and 1.0 (ratio 5, against 1.5, 1.33, 1.2), at their geometric mean
+    assert cut == pytest.approx(np.sqrt(0.2 * 1.0))
+
+
+def test_the_cut_is_a_ratio_so_units_do_not_matter() -> None:
+    cut = largest_gap_cut(HEIGHTS * 1000.0, min_clusters=1, max_clusters=None)
+
+    assert cut == pytest.approx(1000.0 * np.sqrt(0.2))
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "clusters"),
+    [(1, None, 3), (4, None, 5), (1, 2, 2), (2, 2, 2), (6, None, 6), (1, 1, 1)],
+)
+def test_bounds_on_the_number_of_clusters(low: int, high: int | None, clusters: int) -> None:
+    # Prepare: 6 clients; a cut after j merges leaves 6 − j clusters
+    cut = largest_gap_cut(HEIGHTS, min_clusters=low, max_clusters=high)
+
+    # Execute
+    left = 6 - int(np.count_nonzero(HEIGHTS - cut <= 0))
+
+    # Assert
+    assert left == clusters
+
+
+def test_a_cut_on_a_real_dendrogram_finds_the_groups() -> None:
+    # Prepare: three tight groups of points, far apart
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    points = np.concatenate([c + 0.3 * rng.normal(size=(4, 2)) for c in centres])
+    tree = linkage(points, method="ward")
+
+    # Execute
+    cut = largest_gap_cut(tree[:, 2], min_clusters=2, max_clusters=None)
+    labels = fcluster(tree, t=cut, criterion="distance")
+
+    # Assert
+    assert len(set(labels)) == 3
+    assert all(len(set(labels[i : i + 4])) == 1 for i in (0, 4, 8))
+
+
+def test_weakest_heights_are_the_last_merge_inside_each_cluster() -> None:
+    # Prepare: points 0,1 close (1.0 apart), 2,3 close (2.0 apart), the pairs far apart; 4 alone
+    points = np.array([[0.0], [1.0], [10.0], [12.0], [40.0]])
+    tree = linkage(points, method="single")
+    labels = np.array([0, 0, 1, 1, 2])
+
+    # Execute
+    weakest = weakest_heights(tree, labels)
+
+    # Assert
+    assert weakest == pytest.approx({0: 1.0, 1: 2.0})
