@@ -61,7 +61,8 @@ class Merge:
     similarity : float
         The similarity that let them merge (FLACC: α_min^cross of eq. 15, a cosine).
     threshold : float
-        The bar that similarity had to clear (FLACC: α0 of eq. 16).
+        The bar that similarity had to clear (FLACC: α0 of eq. 16, or the data-driven bar
+        of its default rule); ``similarity - threshold`` is the merge's margin.
     """
 
     round: int

@@ -230,7 +230,7 @@ class CFL(Strategy):
         self.last_norms_ = {}
         self.last_splits_ = []
         self.last_shares_ = {}
-        if results:
+        if results and not self._has_split():
             rows = [self._index(r.client_id) for r in results]
             record_pairs(
                 self.similarity_, rows, cosine_similarity_matrix([r.delta for r in results])
@@ -253,16 +253,22 @@ class CFL(Strategy):
             if self._eligible(server_round, key, members):
                 self._test_split(key, members, mean_norm, max_norm)
 
+    def _has_split(self) -> bool:
+        """Whether any cluster has been split yet."""
+        return self.next_cluster_id_ > 1
+
     def cluster_evidence(self) -> ClusterEvidence:
-        """The cosines of the last round's updates of every client, across clusters (all
-        models descend from the first one by the splits' copies)."""
+        """Per pair of clients, the cosine of their updates when a cluster holding both was
+        last split (before the first split: the last round's). A cluster's updates turn to
+        noise once its model fits its members, so later rounds would say nothing; the
+        round of a split is when the members' updates disagreed enough to decide it."""
         labels = self.cluster_labels()
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(labels[c] for c in self.client_ids_),
             similarity=self.similarity_.copy(),
-            measure="cosine similarity of the weight updates of the last round (every "
-            "client, each on its cluster's model)",
+            measure="cosine similarity of the weight updates in the round a cluster holding "
+            "both clients was last split (before the first split: the last round)",
             merge_measure="n/a: CFL splits clusters and never merges them",
             unrelated=0.0,
         )
@@ -297,17 +303,27 @@ class CFL(Strategy):
         if self.criterion == "norms":
             if mean_norm < self.eps1 and max_norm > self.eps2:
                 similarity = cosine_similarity_matrix([r.delta for r in members])
-                self._split(key, members, optimal_bipartition(similarity))
+                self._split(key, members, similarity, optimal_bipartition(similarity))
             return
         similarity = cosine_similarity_matrix([r.delta for r in members])
         halves = optimal_bipartition(similarity)
         share = bipartition_share(similarity, halves)
         self.last_shares_[key] = share
         if share < self.cross_share:
-            self._split(key, members, halves)
+            self._split(key, members, similarity, halves)
 
-    def _split(self, key: str, members: Sequence[FitResult], halves: IntArray) -> None:
-        """Replace cluster ``key`` by the bipartition ``halves``, both halves on its model."""
+    def _split(
+        self,
+        key: str,
+        members: Sequence[FitResult],
+        similarity: Float64Array,
+        halves: IntArray,
+    ) -> None:
+        """Replace cluster ``key`` by the bipartition ``halves``, both halves on its model.
+
+        The members' cosines that decided the split become their evidence of cluster quality.
+        """
+        record_pairs(self.similarity_, [self._index(r.client_id) for r in members], similarity)
         new_keys = (f"cluster-{self.next_cluster_id_}", f"cluster-{self.next_cluster_id_ + 1}")
         self.next_cluster_id_ += 2
         model = self.models_.pop(key)

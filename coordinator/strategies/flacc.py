@@ -51,7 +51,7 @@ from coordinator.strategies.base import JsonDict, Merge, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
-from faultfleet.types import ModelFactory
+from faultfleet.types import Float64Array, IntArray, ModelFactory
 
 GLOBAL = "global"
 
@@ -185,11 +185,30 @@ class FLACC(Strategy):
             )
 
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
-        """Lines 10–19: record similarities, forget stale pairs, merge entities."""
-        if results:
-            answered = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
+        """Lines 10–19 on the answers: their similarities (eq. 19), then the merges."""
+        answered = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
+        similarity = cosine_similarity_matrix([r.delta for r in results]) if results else None
+        self.cluster_step(server_round, answered, similarity)
+
+    def cluster_step(
+        self, server_round: int, answered: IntArray, similarity: Float64Array | None
+    ) -> None:
+        """Lines 11–19: record the round's similarities, forget stale pairs, merge entities.
+
+        The clustering phase's whole reaction to a round, given the cosine similarities of
+        the answering clients' updates; what :meth:`aggregate_round` calls, and what a replay
+        of recorded similarities calls directly.
+
+        Parameters
+        ----------
+        answered : array of shape (k,), int
+            Registration indices of the clients that answered.
+        similarity : array of shape (k, k), float64, or None
+            Eq. 19 between them, in the order of ``answered``; None when nobody answered.
+        """
+        if similarity is not None and len(answered):
             pairs = np.ix_(answered, answered)
-            self.alpha_[pairs] = cosine_similarity_matrix([r.delta for r in results])  # eq. 19
+            self.alpha_[pairs] = similarity
             self.tau_[pairs] = server_round
             self.alpha_[answered, answered] = UNKNOWN  # the diagonal carries no information
         self.alpha_ = forget_stale(self.alpha_, self.tau_, server_round, self.memory)  # eq. 18
