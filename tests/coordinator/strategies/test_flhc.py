@@ -269,6 +269,8 @@ def test_evidence_is_the_clustering_rounds_cosines_and_weakest_heights() -> None
     evidence = strategy.cluster_evidence()
 
     # Assert: cos(a0, b0) = −1; the weakest merges are the within-group heights 0.3 and 0.6
+    assert before.similarity is not None
+    assert evidence.similarity is not None
     assert not before.settled
     assert np.isnan(before.similarity).all()
     assert evidence.settled
