@@ -192,14 +192,16 @@ class CFL(Strategy):
         check_positive_int("min_rounds", self.min_rounds, minimum=0)
         check_positive_int("min_cluster_size", self.min_cluster_size)
         if self.criterion not in CRITERIA:
-            raise ValueError(
+            raise UsageError(
                 f"criterion must be one of {', '.join(map(repr, CRITERIA))}, got "
                 f"{self.criterion!r}; 'norms' is Sattler et al.'s eps1/eps2, 'similarity' "
                 "needs no threshold in update-norm units"
             )
         check_finite("cross_share", self.cross_share)
         if not 0.0 < self.cross_share < 1.0:
-            raise ValueError(f"cross_share must be in (0, 1), got {self.cross_share}")
+            raise UsageError(
+                f"cross_share must be in (0, 1), got {self.cross_share}; the default is 0.5"
+            )
         first = "cluster-0"
         self.models_[first] = np.array(model_factory(0), dtype=np.float32)
         self.clusters_: dict[str, str] = dict.fromkeys(self.client_ids_, first)

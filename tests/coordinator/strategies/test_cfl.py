@@ -15,6 +15,7 @@ import pytest
 
 from coordinator.strategies.base import StrategyState
 from coordinator.strategies.cfl import CFL, bipartition_share, optimal_bipartition
+from faultfleet.errors import UsageError
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
 from faultfleet.types import FloatArray
@@ -261,7 +262,7 @@ def test_bad_hyper_parameters_raise(options: dict[str, float], message: str) -> 
     strategy = CFL(**options)  # type: ignore[arg-type]
 
     # Execute / Assert
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageError, match=message):
         strategy.initialize(list(GROUPS), factory)
 
 

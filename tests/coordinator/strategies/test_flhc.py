@@ -19,6 +19,7 @@ from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.flhc import FLHC
 from coordinator.strategies.flhc_tree import hierarchical_clusters
 from coordinator.strategies.registry import make_strategy
+from faultfleet.errors import UsageError
 from faultfleet.tasks import FitResult, TrainConfig
 from faultfleet.types import FloatArray
 from tests.coordinator.fakes import SyntheticFleet, seeded_factory
@@ -371,7 +372,7 @@ def test_bad_hyper_parameters_raise(options: dict[str, object], message: str) ->
     strategy = FLHC(**options)  # type: ignore[arg-type]
 
     # Execute / Assert
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageError, match=message):
         strategy.initialize(list(CLIENTS), factory)
 
 
