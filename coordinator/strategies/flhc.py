@@ -24,7 +24,9 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
 - Two clients end in one cluster when the dendrogram joins them at a height ≤
   ``distance_threshold`` (scipy's ``fcluster(criterion="distance")``); with
   ``distance_threshold=None`` the height is read from the dendrogram itself, in the
-  largest gap between merge heights (:mod:`.flhc_cut`). Heights are those of
+  largest gap between log merge heights (:func:`.flhc_tree.largest_gap_cut`), the default:
+  the paper leaves the height to the user, and a number measured for one model, optimiser
+  and number of local epochs does not carry to another. Heights are those of
   :func:`scipy.cluster.hierarchy.linkage`: for ``ward`` on Euclidean distances, two single
   clients merge at their Euclidean distance and larger clusters at the Ward distance
   √(2·n_a·n_b/(n_a+n_b))·‖c_a − c_b‖ of their centroids; ``average``, ``complete`` and
@@ -90,9 +92,9 @@ class FLHC(Strategy):
         FedAvg rounds before clustering (>= 0); the clustering round is ``n_warmup + 1``.
     distance_threshold : float or None
         Dendrogram cut (>= 0), in the units of ``metric``: Euclidean norm of weight
-        differences, or cosine distance in [0, 2]; None cuts in the largest gap
-        between the merge heights (:func:`.flhc_cut.largest_gap_cut`). A number depends on
-        the model, optimiser and local epochs: the run history's
+        differences, or cosine distance in [0, 2]; None (the default) cuts in the largest
+        gap between the log merge heights (:func:`.flhc_tree.largest_gap_cut`). A number
+        depends on the model, optimiser and local epochs: the run history's
         ``strategy_metrics.merge_height_below_threshold`` / ``…_above_threshold`` show the
         dendrogram heights around the cut.
     min_clusters, max_clusters : int
@@ -127,7 +129,7 @@ class FLHC(Strategy):
         *,
         fraction: float = 0.25,
         n_warmup: int = 10,
-        distance_threshold: float | None = 1.0,
+        distance_threshold: float | None = None,
         linkage: LinkageName = "ward",
         metric: MetricName = "euclidean",
         min_clusters: int = 2,

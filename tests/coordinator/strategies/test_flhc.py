@@ -237,9 +237,10 @@ def test_round_metrics_bracket_the_threshold() -> None:
     assert strategy.round_metrics() == {"clustered": 1.0}
 
 
-def test_no_threshold_cuts_in_the_largest_gap_and_reports_the_cut() -> None:
-    # Prepare: merges at 0.3 and 0.6 inside the groups, then one far above 4
-    strategy = make_flhc(n_warmup=0, distance_threshold=None)
+def test_default_cuts_in_the_largest_gap_and_reports_the_cut() -> None:
+    # Prepare: merges at 0.3 and 0.6 inside the groups, then one far above 4; no threshold
+    strategy = make_flhc(n_warmup=0)
+    assert strategy.distance_threshold is None
 
     # Execute
     train_round(strategy, 1)
