@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import TypeAdapter
 
@@ -108,6 +109,18 @@ def test_federation_clusters_the_groups_and_agents_diagnose_with_their_cluster_m
         summary.run_id,
         ROUNDS,
         True,
+    )
+
+    # Assert: the clustering judged without ground truth, in summary.json and the metrics
+    quality = saved["cluster_quality"]
+    assert quality["settled"] is True
+    assert sorted(c["size"] for c in quality["clusters"]) == sorted(map(len, GROUPS.values()))
+    assert 0.0 <= quality["confidence"] <= 1.0
+    assert registry.get_sample_value("faultfleet_cluster_confidence_ratio") == pytest.approx(
+        quality["confidence"]
+    )
+    assert registry.get_sample_value("faultfleet_cluster_min_margin") == pytest.approx(
+        quality["min_margin"]
     )
 
     # Assert: one retained ONNX model per cluster, its digest over the bytes delivered
