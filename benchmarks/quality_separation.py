@@ -1,13 +1,14 @@
 """Does the run confidence separate good clusterings from bad ones? Confidence against ARI.
 
 Usage: python benchmarks/quality_separation.py [RESULTS.json ...]
-       [--replay RECORDING.json ... [--alpha0 0.0] [--n-sep 10] [--memory 10]]
+       [--replay RECORDING.json ... [--alpha0 0.0 ...] [--n-sep 10 ...] [--memory 10]]
 
 Reads the run confidence (``cluster_quality.confidence``, which needs no ground truth) and
 the adjusted Rand index against the true groups (``final.ari``) of finished ``faultfleet
 sim`` runs, and of FLACC runs replayed from recordings of its clustering phase
 (``--replay``: per round, the clients that answered and the cosines of their updates, as
-``record_flacc_similarity.py`` writes them). Before separation every FLACC client trains
+``record_flacc_similarity.py`` writes them), once per combination of the ``--alpha0`` and
+``--n-sep`` values given. Before separation every FLACC client trains
 the one global model whatever the entities are, so the recording holds every similarity
 Algorithm 1 sees and a replay gives exactly the entities, and the similarities frozen at
 separation, of the run with these settings (``FLACC.cluster_step``).
@@ -117,13 +118,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="*", type=Path, help="results.json of sim runs")
     parser.add_argument("--replay", nargs="*", type=Path, default=[], help="FLACC recordings")
-    parser.add_argument("--alpha0", type=float, default=0.0)
-    parser.add_argument("--n-sep", type=int, default=10)
+    parser.add_argument("--alpha0", type=float, nargs="+", default=[0.0])
+    parser.add_argument("--n-sep", type=int, nargs="+", default=[10])
     parser.add_argument("--memory", type=int, default=10)
     args = parser.parse_args()
     runs = [from_results(p) for p in args.results]
     runs += [
-        replay(p, alpha0=args.alpha0, n_sep=args.n_sep, memory=args.memory) for p in args.replay
+        replay(p, alpha0=alpha0, n_sep=n_sep, memory=args.memory)
+        for p in args.replay
+        for alpha0 in args.alpha0
+        for n_sep in args.n_sep
     ]
     print("| run | clusters | ARI | confidence | borderline clusters |\n|---|---|---|---|---|")
     for r in runs:
