@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from coordinator.engine.promotion import Decision
 from faultfleet.wire.codec import RejectReason
 from faultfleet.wire.topics import check_name
 
@@ -119,6 +120,19 @@ class CoordinatorMetrics:
             "Cluster models published as ONNX to the broker.",
             registry=reg,
         )
+        self.promotions = Counter(
+            "faultfleet_promotions",
+            "Decisions about new cluster model versions: promoted or rejected by the gate, "
+            "kept back by a pin, or an operator's rollback.",
+            ["decision"],
+            registry=reg,
+        )
+        self.cluster_model_version = Gauge(
+            "faultfleet_cluster_model_version",
+            "Model version that serves each cluster.",
+            ["cluster"],
+            registry=reg,
+        )
         self.broker_connected = Gauge(
             "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
         )
@@ -148,10 +162,13 @@ class CoordinatorMetrics:
         self.cluster_min_margin.set(math.nan)
         for reason in RejectReason:
             self.updates_rejected.labels(reason=reason.value)
+        for decision in Decision:
+            self.promotions.labels(decision=decision.value)
         for change in ("joined", "left"):
             self.membership_changes.labels(change=change)
         self._size_clusters: set[str] = set()
         self._accuracy_clusters: set[str] = set()
+        self._version_clusters: set[str] = set()
 
     def observe_round(self, duration_s: float, server_round: int) -> None:
         """Count a completed round and record how long it took.
@@ -251,6 +268,18 @@ class CoordinatorMetrics:
         self.cluster_min_margin.set(math.nan if min_margin is None else min_margin)
         self.clusters_borderline.set(borderline_clusters)
         self.merges_borderline.inc(borderline_merges)
+
+    def count_promotion(self, decision: Decision) -> None:
+        """Count one decision about a cluster model version."""
+        self.promotions.labels(decision=Decision(decision).value).inc()
+
+    def set_serving_versions(self, versions: Mapping[str, int]) -> None:
+        """Replace the serving model version of every cluster."""
+        for cluster in versions:
+            check_name("cluster id", cluster)
+        self._version_clusters = _replace(
+            self.cluster_model_version, self._version_clusters, dict(versions)
+        )
 
     def set_connected(self, connected: bool) -> None:
         """Record whether the coordinator is connected to the broker."""

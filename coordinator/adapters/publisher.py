@@ -99,7 +99,10 @@ class ModelPublisher:
         models: Mapping[str, FloatArray],
         serving: Mapping[str, str],
     ) -> Publication:
-        """Publish the models of ``serving`` (agent → model key) as ``version``.
+        """Export and publish the models of ``serving`` (agent → model key) as ``version``.
+
+        Every cluster is announced and every agent assigned; clusters published before and
+        serving nobody now are cleared.
 
         Raises
         ------
@@ -116,44 +119,19 @@ class ModelPublisher:
             for key in members
         }
         sent = 0
-        digests: dict[str, str] = {}
         for key, export in exported.items():
-            cid = cluster_id(key)
-            header = ModelAnnouncement(
-                cluster_id=cid,
-                version=version,
-                sha256=export.sha256,
-                size_bytes=len(export.onnx_bytes),
-                run_id=self.run_id,
-                server_round=server_round,
-                model=self.model,
-                class_names=self.class_names,
+            sent += self.announce(
+                cluster_id(key),
+                version,
+                server_round,
+                export.onnx_bytes,
+                export.sha256,
                 members=len(members[key]),
                 max_abs_diff=export.max_abs_diff,
-                created_at=self.clock(),
             )
-            payload = encode_frame(self.signer.sign(header), export.onnx_bytes)
-            sent += self.connection.publish(self.topics.cluster_model(cid), payload, retain=True)
-            digests[key] = export.sha256
         for agent, key in sorted(serving.items()):
-            assignment = ClusterAssignment(
-                agent_id=agent,
-                cluster_id=cluster_id(key),
-                model_version=version,
-                sha256=digests[key],
-                run_id=self.run_id,
-                server_round=server_round,
-                timestamp=self.clock(),
-            )
-            sent += self.connection.publish(
-                self.topics.assignment(agent),
-                self.signer.sign(assignment).model_dump_json(),
-                retain=True,
-            )
-        current = {cluster_id(key) for key in members}
-        for stale in sorted(self.published_clusters - current):
-            self.connection.publish(self.topics.cluster_model(stale), b"", retain=True)
-        self.published_clusters = current
+            sent += self.assign(agent, cluster_id(key), version, exported[key].sha256, server_round)
+        sent += self.clear_stale({cluster_id(key) for key in members})
         worst = max((e.max_abs_diff for e in exported.values()), default=0.0)
         logger.info(
             "published model version %d: %d cluster(s), max |ORT - torch| = %.2e",
@@ -167,3 +145,57 @@ class ModelPublisher:
             bytes_sent=sent,
             max_abs_diff=worst,
         )
+
+    def announce(
+        self,
+        cid: str,
+        version: int,
+        server_round: int,
+        onnx_bytes: bytes,
+        sha256: str,
+        *,
+        members: int,
+        max_abs_diff: float,
+    ) -> int:
+        """Publish one cluster's signed model frame, retained; returns the bytes sent."""
+        header = ModelAnnouncement(
+            cluster_id=cid,
+            version=version,
+            sha256=sha256,
+            size_bytes=len(onnx_bytes),
+            run_id=self.run_id,
+            server_round=server_round,
+            model=self.model,
+            class_names=self.class_names,
+            members=members,
+            max_abs_diff=max_abs_diff,
+            created_at=self.clock(),
+        )
+        payload = encode_frame(self.signer.sign(header), onnx_bytes)
+        self.published_clusters.add(cid)
+        return self.connection.publish(self.topics.cluster_model(cid), payload, retain=True)
+
+    def assign(self, agent: str, cid: str, version: int, sha256: str, server_round: int) -> int:
+        """Publish one agent's signed assignment, retained; returns the bytes sent."""
+        assignment = ClusterAssignment(
+            agent_id=agent,
+            cluster_id=cid,
+            model_version=version,
+            sha256=sha256,
+            run_id=self.run_id,
+            server_round=server_round,
+            timestamp=self.clock(),
+        )
+        return self.connection.publish(
+            self.topics.assignment(agent),
+            self.signer.sign(assignment).model_dump_json(),
+            retain=True,
+        )
+
+    def clear_stale(self, current: set[str]) -> int:
+        """Clear the retained models of published clusters not in ``current``."""
+        sent = 0
+        for stale in sorted(self.published_clusters - current):
+            sent += self.connection.publish(self.topics.cluster_model(stale), b"", retain=True)
+        self.published_clusters &= current
+        return sent

@@ -30,6 +30,7 @@ from coordinator.adapters.round_tasks import QuorumError, RoundAbortedError
 from coordinator.engine.rounds import RoundEngine, RoundReport
 from coordinator.runtime.checkpoint import ServiceCheckpoint
 from coordinator.runtime.membership import MembershipSync
+from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.quality_watch import QualityWatch
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.serving import ModelServing
@@ -48,6 +49,7 @@ class LiveRun:
     fleet: MqttFleet
     publisher: ModelPublisher
     summary: RunSummary
+    promotion: ModelPromotion
 
 
 class RoundLoop:
@@ -90,8 +92,8 @@ class RoundLoop:
         self.connection = connection
         self.topics = topics
         self.publish_status = publish_status
-        self.serving = ModelServing(live.engine, live.fleet, live.publisher, live.summary, metrics)
         self.quality = QualityWatch(metrics)
+        self.serving = ModelServing(live.engine, live.fleet, live.promotion, live.summary, metrics)
 
     def train(self, stop: threading.Event) -> None:
         """Run rounds until ``run.rounds`` or until ``stop`` is set; write the summary."""
@@ -170,7 +172,8 @@ class RoundLoop:
         self.serving.update_clusters()
         self.quality.observe(live.engine.strategy, server_round, live.summary)
         if server_round % run.publish_every == 0 or last:
-            self.serving.publish(server_round)
+            self.serving.publish(server_round, report.train_loss)
+        self.serving.apply_requests()
         self._save()
         live.fleet.end_round()
         self.publish_status("online")

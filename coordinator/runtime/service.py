@@ -9,9 +9,11 @@ strategy) and runs the loop:
 2. run the rounds (:class:`~coordinator.runtime.round_loop.RoundLoop`): per round, let agents join
    and leave the federation, run the round through :class:`MqttFleet`, save the whole
    state to ``state_dir``, update the metrics; evaluate every ``eval_every`` rounds; export
-   and publish the cluster models every ``publish_every`` rounds and after the last
-   (:mod:`coordinator.runtime.serving`);
-3. keep serving (presence, metrics, retained models) until stopped.
+   register the cluster models every ``publish_every`` rounds and after the last, and
+   publish those the promotion gate passes (:mod:`coordinator.runtime.serving`,
+   :mod:`coordinator.runtime.promotion`);
+3. keep serving (presence, metrics, retained models) until stopped, publishing the pins and
+   rollbacks operators ask for (``faultfleet models``).
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``.
 """
@@ -29,12 +31,14 @@ from pydantic import TypeAdapter
 
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.adapters.model_registry import ModelRegistry
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.publisher import ModelPublisher
 from coordinator.engine.rounds import RoundEngine
 from coordinator.runtime.checkpoint import SavedRun, ServiceCheckpoint
 from coordinator.runtime.membership import MembershipSync
+from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.round_loop import LiveRun, RoundLoop
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.settings import CoordinatorSettings
@@ -191,10 +195,14 @@ class CoordinatorService:
         try:
             if not self._setup(stop):
                 return self.summary
-            self._train(stop)
+            loop = self._train(stop)
             if self.summary is not None and self.summary.finished and not exit_when_done:
                 logger.info("training finished; serving models until stopped")
-                stop.wait()
+                while not stop.wait(self.settings.models.request_poll_s):
+                    version = self.summary.model_version
+                    loop.serving.apply_requests()
+                    if self.summary.model_version != version:
+                        self.checkpoint.write_summary(self.summary)
             return self.summary
         finally:
             self.connection.stop(
@@ -268,7 +276,16 @@ class CoordinatorService:
             or self.summary is None
         ):
             raise RuntimeError("the coordinator service is not set up yet; call run()")
-        return LiveRun(self.engine, self.fleet, self.publisher, self.summary)
+        promotion = ModelPromotion(
+            ModelRegistry(self.state_dir / "models"),
+            self.publisher,
+            self.fleet,
+            self.metrics,
+            margin=self.settings.models.promotion_margin,
+            keep_versions=self.settings.models.keep_versions,
+            clock=self.clock,
+        )
+        return LiveRun(self.engine, self.fleet, self.publisher, self.summary, promotion)
 
     def _wait_for_agents(self, stop: threading.Event) -> list[str] | None:
         wanted = self.settings.run.min_agents
@@ -284,7 +301,7 @@ class CoordinatorService:
             self.registry.wait_for(lambda: len(self.registry.online_trainers()) >= wanted, 1.0)
         return None
 
-    def _train(self, stop: threading.Event) -> None:
+    def _train(self, stop: threading.Event) -> RoundLoop:
         loop = RoundLoop(
             self._parts(),
             self.settings.run,
@@ -297,3 +314,4 @@ class CoordinatorService:
             publish_status=self._publish_status,
         )
         loop.train(stop)
+        return loop

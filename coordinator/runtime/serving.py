@@ -5,19 +5,26 @@ the one it was last evaluated with while that is still a candidate (IFCA's choic
 the first candidate otherwise.
 Agents served by the same model form a cluster (:func:`~coordinator.adapters.publisher.cluster_id`):
 :class:`ModelServing` writes the clusters and their mean test accuracy to the run summary
-and the metrics, and has :class:`~coordinator.adapters.publisher.ModelPublisher` export and publish
-the models with every agent's assignment.
+and the metrics, and hands the models to :class:`~coordinator.runtime.promotion.ModelPromotion`,
+which registers them as new versions, gates them and publishes those that pass.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.adapters.model_registry import RegistryError
 from coordinator.adapters.mqtt_fleet import MqttFleet
-from coordinator.adapters.publisher import ModelPublisher, cluster_id
+from coordinator.adapters.publisher import cluster_id
 from coordinator.engine.rounds import EvaluationReport, RoundEngine
+from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.run_summary import RunSummary
 from faultfleet.scoring import mean_client_accuracy
 from faultfleet.tasks import Split
+
+logger = logging.getLogger(__name__)
 
 
 class ModelServing:
@@ -28,7 +35,7 @@ class ModelServing:
     engine : RoundEngine
     fleet : MqttFleet
         Evaluations ask the federation's agents that are online.
-    publisher : ModelPublisher
+    promotion : ModelPromotion
     summary : RunSummary
         Updated in place: accuracies, clusters and the model version.
     metrics : CoordinatorMetrics
@@ -38,13 +45,13 @@ class ModelServing:
         self,
         engine: RoundEngine,
         fleet: MqttFleet,
-        publisher: ModelPublisher,
+        promotion: ModelPromotion,
         summary: RunSummary,
         metrics: CoordinatorMetrics,
     ) -> None:
         self.engine = engine
         self.fleet = fleet
-        self.publisher = publisher
+        self.promotion = promotion
         self.summary = summary
         self.metrics = metrics
         self._chosen_keys: dict[str, str] = {}
@@ -91,12 +98,30 @@ class ModelServing:
         self.metrics.set_clusters({cid: len(m) for cid, m in clusters.items()})
         self.metrics.set_cluster_accuracy(by_cluster)
 
-    def publish(self, server_round: int) -> None:
-        """Export and publish the serving models as the next model version."""
-        version = self.summary.model_version + 1
-        publication = self.publisher.publish(
-            version, server_round, self.engine.strategy.models, self.serving()
-        )
+    def publish(self, server_round: int, train_loss: float | None = None) -> None:
+        """Register the serving models as the next version; publish those the gate passes."""
+        loss = train_loss if train_loss is not None and math.isfinite(train_loss) else None
+        try:
+            version = self.promotion.next_version(self.summary.model_version)
+            self.promotion.publish(
+                version,
+                server_round,
+                self.engine.strategy.models,
+                self.serving(),
+                train_loss=loss,
+                test_accuracy=self.summary.accuracy_by_cluster,
+            )
+        except RegistryError as error:
+            logger.error("round %d: no model published: %s", server_round, error)
+            return
         self.summary.model_version = version
-        self.metrics.models_published.inc(len(publication.clusters))
-        self.metrics.payload_sent_bytes.inc(publication.bytes_sent)
+
+    def apply_requests(self) -> None:
+        """Publish the operators' pending pins and rollbacks (``faultfleet models``)."""
+        try:
+            version = self.promotion.apply_requests(self.summary.model_version)
+        except RegistryError as error:
+            logger.error("pins and rollbacks not applied: %s", error)
+            return
+        if version is not None:
+            self.summary.model_version = version

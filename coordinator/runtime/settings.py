@@ -94,6 +94,20 @@ class TrainSettings(BaseModel):
         return TrainConfig(**self.model_dump())
 
 
+class ModelsSettings(BaseModel):
+    """The model registry and the promotion gate (docs/runtime.md, "Model registry")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    promotion_margin: Annotated[float, Field(ge=0, le=1)] = 0.02
+    """A new version is published only if its mean validation accuracy over the cluster's
+    agents is at most this much (a ratio) below the serving version's."""
+    keep_versions: Positive = 20
+    """Versions kept per cluster; serving, pinned and restored-from versions always are."""
+    request_poll_s: Annotated[float, Field(gt=0)] = 5.0
+    """How often a coordinator serving between runs looks for pins and rollbacks."""
+
+
 class SigningSettings(BaseModel):
     """The Ed25519 key that signs every published model and assignment."""
 
@@ -118,6 +132,7 @@ class CoordinatorSettings(FileSettings):
     train: TrainSettings = TrainSettings()
     wire: TensorEncoding = TensorEncoding()
     signing: SigningSettings = SigningSettings()
+    models: ModelsSettings = ModelsSettings()
 
     @model_validator(mode="after")
     def _quorum_reachable(self) -> CoordinatorSettings:

@@ -33,6 +33,7 @@ from faultfleet_apps.cli.bench import add_bench_command
 from faultfleet_apps.cli.demo import add_demo_command
 from faultfleet_apps.cli.deploy import add_deploy_command
 from faultfleet_apps.cli.keys import add_keys_command
+from faultfleet_apps.cli.models import add_models_command
 from faultfleet_apps.cli.runtime import add_runtime_commands
 from faultfleet_apps.cli.signals import add_signals_commands
 from faultfleet_apps.cli.sim import add_sim_command
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime_commands(commands)
     add_deploy_command(commands)
     add_keys_command(commands)
+    add_models_command(commands)
     return parser
 
 

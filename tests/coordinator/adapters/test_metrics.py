@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.engine.promotion import Decision
 from faultfleet.wire.codec import RejectReason
 from tests.faultfleet.scrape import exposed_types, naming_problems, samples, value
 
@@ -27,6 +29,8 @@ DESIGN_METRICS = {
     "faultfleet_cluster_size_agents": "gauge",
     "faultfleet_cluster_accuracy_ratio": "gauge",
     "faultfleet_models_published_total": "counter",
+    "faultfleet_promotions_total": "counter",
+    "faultfleet_cluster_model_version": "gauge",
     "faultfleet_broker_connected": "gauge",
     "faultfleet_cluster_confidence_ratio": "gauge",
     "faultfleet_cluster_min_margin": "gauge",
@@ -233,3 +237,27 @@ def test_cluster_quality_without_a_figure_reads_nan_and_bad_values_are_refused()
         metrics.set_cluster_quality(1.5, 0.1, borderline_clusters=0)
     with pytest.raises(ValueError, match="must be >= 0"):
         metrics.set_cluster_quality(0.5, 0.1, borderline_clusters=-1)
+
+
+def test_every_promotion_decision_is_a_series_from_the_start() -> None:
+    metrics = CoordinatorMetrics(CollectorRegistry())
+
+    metrics.count_promotion(Decision.REJECTED)
+
+    values = {
+        dict(labels)["decision"]: v
+        for (sample, labels), v in samples(metrics.registry).items()
+        if sample == "faultfleet_promotions_total"
+    }
+    assert values == {"promoted": 0, "rejected": 1, "pinned": 0, "rollback": 0}
+    with pytest.raises(ValueError, match="maybe"):
+        metrics.count_promotion(cast(Decision, "maybe"))
+
+
+def test_serving_versions_replace_the_cluster_set() -> None:
+    metrics = CoordinatorMetrics(CollectorRegistry())
+
+    metrics.set_serving_versions({"a": 3, "b": 4})
+    metrics.set_serving_versions({"b": 5})
+
+    assert cluster_series(metrics.registry, "faultfleet_cluster_model_version") == {"b": 5}
