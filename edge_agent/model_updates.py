@@ -210,9 +210,13 @@ class ModelUpdates:
             return None
         frame, assignment_payload = candidate
         active = self.diagnoser.active
-        if active is not None and active.sha256 == frame.announcement.sha256:
-            return None
-        header, body = frame.announcement, frame.onnx_bytes
+        header = frame.announcement
+        if active is not None and (active.sha256, active.version) == (
+            header.sha256,
+            header.version,
+        ):
+            return None  # a rollback republishes old bytes as a new version: load it too
+        body = frame.onnx_bytes
         try:
             loaded = self.diagnoser.load(
                 body,
