@@ -232,10 +232,19 @@ class ModelPromotion:
         clusters = {c: e for c, e in table.clusters.items() if c in used or e.pinned}
         sent += self.publisher.clear_stale(used)
         self.registry.set_serving(ServingTable(clusters=clusters, agents=agents))
-        for cid in clusters:
+        for cid in self.registry.clusters():
             self.registry.prune(cid, self.keep_versions)
         self.metrics.set_serving_versions({c: e.version for c, e in clusters.items()})
         return sent
+
+    def report_serving(self) -> None:
+        """Set the serving-version metric from the registry (at start, after a restart)."""
+        try:
+            table = self.registry.serving()
+        except RegistryError as error:
+            logger.error("%s", error)
+            return
+        self.metrics.set_serving_versions({c: e.version for c, e in table.clusters.items()})
 
     def apply_requests(self, at_least: int) -> int | None:
         """Publish pending pins and rollbacks; the last version used, None if none was.

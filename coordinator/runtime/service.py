@@ -285,6 +285,7 @@ class CoordinatorService:
             keep_versions=self.settings.models.keep_versions,
             clock=self.clock,
         )
+        promotion.report_serving()
         return LiveRun(self.engine, self.fleet, self.publisher, self.summary, promotion)
 
     def _wait_for_agents(self, stop: threading.Event) -> list[str] | None:

@@ -112,7 +112,12 @@ class ModelServing:
                 test_accuracy=self.summary.accuracy_by_cluster,
             )
         except RegistryError as error:
-            logger.error("round %d: no model published: %s", server_round, error)
+            logger.error(
+                "round %d: no model published: %s (or `faultfleet models rollback` the "
+                "cluster to a readable version)",
+                server_round,
+                error,
+            )
             return
         self.summary.model_version = version
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -21,6 +22,8 @@ from coordinator.adapters.model_registry import ModelRegistry, Request
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.publisher import ModelPublisher
 from coordinator.runtime.promotion import ModelPromotion
+from coordinator.runtime.run_summary import RunSummary
+from coordinator.runtime.serving import ModelServing
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import EvaluateOutcome, EvaluateResult, EvaluateTask, Split
@@ -203,3 +206,40 @@ def test_a_request_for_a_missing_version_is_dropped_with_the_serving_version_kep
     assert promotion.registry.serving().clusters["A"].version == 1
     assert "v000007" in caplog.text
     assert "cannot rollback cluster A" in caplog.text
+
+
+class _OneModel:
+    """The part of a strategy ModelServing reads: every agent is served ``A``."""
+
+    def __init__(self, weights: FloatArray) -> None:
+        self.models = {"A": weights}
+
+    def model_ready(self, agent: str) -> bool:
+        return True
+
+    def predict_models(self, agent: str) -> list[str]:
+        return ["A"]
+
+
+def test_a_corrupt_serving_table_is_logged_naming_it_and_the_service_keeps_serving(
+    setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: v1 serves; then serving.json is damaged
+    promotion, recorder, fleet, metrics = setup
+    w = _weights(0)
+    fleet.accuracy = {_digest(w): 0.9}
+    promotion.publish(1, 1, {"A": w}, AGENTS)
+    table = promotion.registry.root / "serving.json"
+    table.write_text("{")
+    engine = SimpleNamespace(strategy=_OneModel(_weights(1)))
+    summary = RunSummary(run_id="run", strategy="fedavg", agents=sorted(AGENTS), model_version=1)
+    serving = ModelServing(cast(Any, engine), cast(MqttFleet, fleet), promotion, summary, metrics)
+    sent_before = len(recorder.sent)
+
+    # Execute
+    serving.publish(2)
+
+    # Assert: nothing published, the version counter unchanged, the file named
+    assert len(recorder.sent) == sent_before
+    assert summary.model_version == 1
+    assert f"{table} is corrupt" in caplog.text
