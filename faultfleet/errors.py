@@ -13,6 +13,8 @@
     │   │                          also RuntimeError (coordinator.engine.rounds)
     │   ├── ServiceError           a state folder of another run; also RuntimeError
     │   │                          (coordinator.runtime.checkpoint)
+    │   ├── RegistryError          a model registry file that is missing or corrupt; also
+    │   │                          RuntimeError (coordinator.adapters.model_registry)
     │   ├── RetireError            the broker is unreachable or the agent still runs; also
     │   │                          RuntimeError (edge_agent.retire)
     │   ├── BrokerError            the demo's broker cannot start; also RuntimeError
