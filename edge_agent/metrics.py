@@ -10,6 +10,15 @@ simulated agents). Counters and histograms then add up over those agents, and th
 ``faultfleet_model_version`` and ``faultfleet_broker_connected`` hold whatever the agent
 that set them last reported. To see each agent on its own, run one process per agent, each
 with its own ``metrics.port``.
+
+``faultfleet_diagnosis_streak_windows{class_name}`` is what the fault-alarm rule
+(``deploy/prometheus/faultfleet-rules.yml``) watches: for the class of the current streak, the
+number of most recent windows in a row diagnosed as it with at least
+``diagnosis.streak_min_probability``; 0 for every other class. One series per class name of
+the model, never one per window: the alarm needs no per-window label, and the series count
+is bounded by the model's classes (12 for mixed-fault), whatever the fleet's size. The
+registry also holds the standard process, platform and GC collectors and
+``faultfleet_build_info`` (:func:`faultfleet.metrics_http.register_standard_metrics`).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from edge_agent.incoming import IncomingRefusal
 from edge_agent.model_intake import ModelRejectReason
 from edge_agent.supervision import AgentThread
+from faultfleet.metrics_http import register_standard_metrics
 from faultfleet.wire.codec import RejectReason
 
 logger = logging.getLogger(__name__)
@@ -157,7 +167,25 @@ class AgentMetrics:
         for incoming_reason in IncomingRefusal:
             self.incoming_files_refused.labels(reason=incoming_reason.value)
         self._class_names: tuple[str, ...] = ()
+        self._add_alarm_metrics(reg)
         self.set_class_names(class_names)
+
+    def _add_alarm_metrics(self, reg: CollectorRegistry) -> None:
+        """The fault streak, its probability bar, and the standard metrics."""
+        self.diagnosis_streak_windows = Gauge(
+            "faultfleet_diagnosis_streak_windows",
+            "Most recent windows in a row diagnosed as this class with at least the streak "
+            "probability; 0 for every class but the current streak's.",
+            ["class_name"],
+            registry=reg,
+        )
+        self.diagnosis_streak_min_probability = Gauge(
+            "faultfleet_diagnosis_streak_min_probability_ratio",
+            "Probability (0 to 1) of its class a window needs to extend that class's streak.",
+            registry=reg,
+        )
+        self._streak_names: set[str] = set()
+        self.build_info = register_standard_metrics(reg)
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -174,6 +202,9 @@ class AgentMetrics:
             raise ValueError(f"class names {list(names)} must be non-empty and distinct")
         for name in names:
             self.diagnoses.labels(class_name=name)
+            if name not in self._streak_names:
+                self.diagnosis_streak_windows.labels(class_name=name).set(0)
+                self._streak_names.add(name)
         self._class_names = names
 
     def observe_diagnoses(self, class_ids: Sequence[int], latency_s: float) -> None:
@@ -237,6 +268,30 @@ class AgentMetrics:
     def thread_restarted(self, thread: AgentThread) -> None:
         """Count one restart of ``thread``."""
         self.thread_restarts.labels(thread=AgentThread(thread).value).inc()
+
+    def set_streak(self, class_name: str | None, windows: int) -> None:
+        """Report the current streak: ``windows`` in a row of ``class_name`` (None: no streak).
+
+        Every other class reads 0. A class name the metrics do not know raises ValueError
+        instead of creating a series.
+        """
+        if windows < 0 or (class_name is None and windows != 0):
+            raise ValueError(f"streak of {windows} windows of {class_name!r} is not a streak")
+        if class_name is not None and class_name not in self._streak_names:
+            raise ValueError(
+                f"class {class_name!r} is not one of the model's classes "
+                f"{sorted(self._streak_names)}; call set_class_names first"
+            )
+        for name in self._streak_names:
+            self.diagnosis_streak_windows.labels(class_name=name).set(
+                windows if name == class_name else 0
+            )
+
+    def set_streak_min_probability(self, probability: float) -> None:
+        """Report the probability a window needs to extend its class's streak (0 to 1)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"streak probability {probability!r} must be from 0 to 1")
+        self.diagnosis_streak_min_probability.set(probability)
 
     def set_connected(self, connected: bool) -> None:
         """Record whether the agent is connected to the broker."""

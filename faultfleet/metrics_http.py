@@ -5,25 +5,78 @@ thread and returns a :class:`MetricsServer` that stops it again; port 0 in
 :class:`~faultfleet.wire.settings.MetricsSettings` switches the endpoint off. The coordinator
 listens on 9400 and an agent on 9401 by default (``deploy/prometheus/prometheus.yml``
 scrapes those ports).
+
+:func:`register_standard_metrics` adds what every process reports besides its own metrics:
+prometheus_client's process collector (``process_cpu_seconds_total``,
+``process_resident_memory_bytes``, ``process_open_fds``, ``process_start_time_seconds``, ...),
+platform collector (``python_info``) and garbage-collector collector (``python_gc_*``), and
+``faultfleet_build_info``, 1 with the versions that matter for a bug report as labels. The
+services build their metrics on their own registries (so that tests get fresh ones), which
+do not hold these collectors unless registered there.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import logging
+import platform
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Gauge,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
+from faultfleet import __version__
 from faultfleet.errors import UsageError
 from faultfleet.wire.settings import MetricsSettings
 
 logger = logging.getLogger(__name__)
 
 _STOP_TIMEOUT_S = 5.0
+
+BUILD_INFO_LABELS = ("version", "python", "torch", "onnxruntime")
+"""Labels of ``faultfleet_build_info``: faultfleet's version, Python's, torch's and ONNX
+Runtime's (``none`` where a package is not installed)."""
+
+
+def build_versions() -> dict[str, str]:
+    """The values of :data:`BUILD_INFO_LABELS` for this process (read from package metadata,
+    without importing torch or ONNX Runtime)."""
+    versions = {"version": __version__, "python": platform.python_version()}
+    for package in ("torch", "onnxruntime"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "none"
+    return versions
+
+
+def register_standard_metrics(registry: CollectorRegistry) -> Gauge:
+    """Add the process, platform and GC collectors and ``faultfleet_build_info`` to ``registry``.
+
+    Returns the build-info gauge (one series, value 1). Call it once per registry: a second
+    call raises ValueError (duplicated time series), as registering any metric twice does.
+    """
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    build_info = Gauge(
+        "faultfleet_build_info",
+        "Always 1; the labels give the versions of faultfleet, Python, torch and ONNX Runtime.",
+        BUILD_INFO_LABELS,
+        registry=registry,
+    )
+    build_info.labels(**build_versions()).set(1)
+    return build_info
 
 
 class MetricsServerError(UsageError, OSError):

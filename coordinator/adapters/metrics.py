@@ -10,6 +10,11 @@ changes while the coordinator runs, and :meth:`CoordinatorMetrics.set_clusters` 
 the whole set so that clusters which no longer exist stop being reported. Cluster quality
 (:mod:`coordinator.strategies.quality`) is reported as run-level summaries only, without
 labels, so its cardinality does not grow with the fleet.
+
+The registry also holds the standard process, platform and GC collectors and
+``faultfleet_build_info`` (:func:`faultfleet.metrics_http.register_standard_metrics`).
+``faultfleet_agents_by_state`` counts the agents by their last status, so that an agent that
+stopped shows as ``offline`` instead of vanishing from the dashboard.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coordinator.engine.promotion import Decision
+from faultfleet.metrics_http import register_standard_metrics
 from faultfleet.wire.codec import RejectReason
 from faultfleet.wire.topics import check_name
 
@@ -28,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 ROUND_DURATION_BUCKETS_S = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 """Round durations from a fast lab fleet (under a second) to slow gateways (half an hour)."""
+
+AGENT_STATES = ("online", "offline", "retired")
+"""Label values of ``faultfleet_agents_by_state``: an agent status's states."""
 
 
 class CoordinatorMetrics:
@@ -169,6 +178,26 @@ class CoordinatorMetrics:
         self._size_clusters: set[str] = set()
         self._accuracy_clusters: set[str] = set()
         self._version_clusters: set[str] = set()
+        self._add_fleet_health(reg)
+
+    def _add_fleet_health(self, reg: CollectorRegistry) -> None:
+        """Agents by state, rounds without quorum, standard metrics."""
+        self.agents_by_state = Gauge(
+            "faultfleet_agents_by_state",
+            "Agents the coordinator has heard of, by their last status: online, offline "
+            "(stopped or unreachable) or retired.",
+            ["state"],
+            registry=reg,
+        )
+        self.rounds_without_quorum = Counter(
+            "faultfleet_rounds_without_quorum_total",
+            "Rounds rolled back because fewer agents answered than the quorum (run.min_quorum); "
+            "each is tried again after run.retry_wait_s.",
+            registry=reg,
+        )
+        for state in AGENT_STATES:
+            self.agents_by_state.labels(state=state).set(0)
+        self.build_info = register_standard_metrics(reg)
 
     def observe_round(self, duration_s: float, server_round: int) -> None:
         """Count a completed round and record how long it took.
@@ -196,14 +225,18 @@ class CoordinatorMetrics:
             raise ValueError(f"cannot count {n} rejected updates; n must be >= 0")
         self.updates_rejected.labels(reason=RejectReason(reason).value).inc(n)
 
-    def set_agents(self, online: int, registered: int) -> None:
-        """Set how many agents are online and how many the coordinator knows."""
-        if online < 0 or registered < 0:
+    def set_agents(self, online: int, registered: int, retired: int = 0) -> None:
+        """Set how many agents are online, retired and known; the rest are offline."""
+        if min(online, registered, retired) < 0 or online + retired > registered:
             raise ValueError(
-                f"agent counts must be >= 0 (got online={online}, registered={registered})"
+                f"agent counts must be >= 0 with online + retired <= registered (got "
+                f"online={online}, retired={retired}, registered={registered})"
             )
         self.agents_online.set(online)
         self.agents_registered.set(registered)
+        self.agents_by_state.labels(state="online").set(online)
+        self.agents_by_state.labels(state="retired").set(retired)
+        self.agents_by_state.labels(state="offline").set(registered - online - retired)
 
     def set_clusters(self, sizes: Mapping[str, int]) -> None:
         """Replace the cluster set: its size and the number of agents in each cluster.

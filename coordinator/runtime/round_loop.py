@@ -133,6 +133,7 @@ class RoundLoop:
                 logger.warning("%s; trying the round again in %g s", error, run.retry_wait_s)
                 live.engine.restore(snapshot)
                 live.summary.rounds_retried += 1
+                self.metrics.rounds_without_quorum.inc()
                 stop.wait(run.retry_wait_s)
                 continue
             except RoundAbortedError:

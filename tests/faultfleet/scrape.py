@@ -10,18 +10,36 @@ from prometheus_client.parser import text_string_to_metric_families
 BASE_UNITS = ("seconds", "bytes", "ratio", "agents")
 NOT_BASE_UNITS = re.compile(r"_(ms|milliseconds|minutes|hours|kb|mb|kib|mib|percent)(_|$)")
 NAME = re.compile(r"faultfleet_[a-z]+(_[a-z]+)*")
+NAME_PREFIX = "faultfleet_"
+STANDARD_FAMILIES = {
+    "process_cpu_seconds_total": "counter",
+    "process_resident_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_open_fds": "gauge",
+    "python_info": "gauge",
+    "python_gc_collections_total": "counter",
+}
+"""Families of the standard collectors every service registers (a Linux selection)."""
 
 
-def exposed_types(registry: CollectorRegistry) -> dict[str, str]:
+def all_types(registry: CollectorRegistry) -> dict[str, str]:
     """Name -> type of every metric the registry holds (counters named with ``_total``).
 
     The exposition also carries a ``<name>_created`` timestamp gauge per counter and
     histogram; those are prometheus_client's, not ours, so they are read from the metric
-    families rather than the text.
+    families rather than the text. Besides faultfleet's own metrics this includes the
+    standard ``process_*`` and ``python_*`` collectors.
     """
     return {
         family.name + ("_total" if family.type == "counter" else ""): family.type
         for family in registry.collect()
+    }
+
+
+def exposed_types(registry: CollectorRegistry) -> dict[str, str]:
+    """:func:`all_types` of faultfleet's own metrics (``faultfleet_*``) only."""
+    return {
+        name: kind for name, kind in all_types(registry).items() if name.startswith(NAME_PREFIX)
     }
 
 

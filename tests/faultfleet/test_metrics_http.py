@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import socket
 import urllib.error
 import urllib.request
@@ -10,7 +12,13 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from faultfleet.metrics_http import MetricsServerError, serve_metrics
+from faultfleet import __version__
+from faultfleet.metrics_http import (
+    MetricsServerError,
+    build_versions,
+    register_standard_metrics,
+    serve_metrics,
+)
 from faultfleet.wire.settings import MetricsSettings
 
 LOCALHOST = "127.0.0.1"
@@ -96,3 +104,61 @@ def test_an_address_not_on_this_machine_is_explained(registry: CollectorRegistry
     # Execute / Assert
     with pytest.raises(MetricsServerError, match=r"metrics.host '192.0.2.1' is not an address"):
         serve_metrics(settings, registry)
+
+
+def test_the_standard_metrics_are_served_beside_the_registry_s_own(
+    registry: CollectorRegistry,
+) -> None:
+    # Prepare
+    register_standard_metrics(registry)
+    settings = MetricsSettings(host=LOCALHOST, port=free_port())
+
+    # Execute
+    with serve_metrics(settings, registry) as server:  # type: ignore[union-attr]
+        body = fetch(server.url)
+
+    # Assert
+    lines = body.splitlines()
+    assert "faultfleet_test_events_total 3.0" in lines
+    for family in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
+        assert any(line.startswith(family) for line in lines), family
+    assert any(line.startswith("python_gc_collections_total{") for line in lines)
+    build = [line for line in lines if line.startswith("faultfleet_build_info{")]
+    assert len(build) == 1
+    assert f'version="{__version__}"' in build[0]
+    assert f'python="{platform.python_version()}"' in build[0]
+    assert build[0].endswith(" 1.0")
+
+
+def test_registering_the_standard_metrics_twice_is_refused(registry: CollectorRegistry) -> None:
+    # Prepare
+    register_standard_metrics(registry)
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match="Duplicated"):
+        register_standard_metrics(registry)
+
+
+def test_build_versions_name_the_installed_packages_and_none_for_absent_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Prepare: pretend ONNX Runtime is not installed
+    installed = importlib.metadata.version
+
+    def version(package: str) -> str:
+        if package == "onnxruntime":
+            raise importlib.metadata.PackageNotFoundError(package)
+        return installed(package)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+    # Execute
+    versions = build_versions()
+
+    # Assert
+    assert versions == {
+        "version": __version__,
+        "python": platform.python_version(),
+        "torch": installed("torch"),
+        "onnxruntime": "none",
+    }
