@@ -158,7 +158,9 @@ class CoordinatorService:
             return
         self.registry.update(status)
         self.metrics.set_agents(
-            online=len(self.registry.online()), registered=len(self.registry.all())
+            online=len(self.registry.online()),
+            registered=len(self.registry.all()),
+            retired=len(self.registry.retired()),
         )
 
     def _on_oversized(self, topic: str, size_bytes: int) -> None:
@@ -297,10 +299,24 @@ class CoordinatorService:
                 logger.info("%d agents online; starting the run", len(online))
                 return online
             if time.monotonic() - last_log > 10:
-                logger.info("waiting for agents: %d of %d online", len(online), wanted)
+                logger.info(
+                    "waiting for agents: %d of %d online%s",
+                    len(online),
+                    wanted,
+                    self._broker_note(),
+                )
                 last_log = time.monotonic()
             self.registry.wait_for(lambda: len(self.registry.online_trainers()) >= wanted, 1.0)
         return None
+
+    def _broker_note(self) -> str:
+        """`` (not connected to broker h:p: why)`` while the connection is down, else ``""``."""
+        connection = self.connection
+        if connection.connected:
+            return ""
+        failure = connection.connect_failure
+        why = f": {failure.kind}, {failure.detail}" if failure is not None else ""
+        return f" (not connected to broker {connection.broker_address}{why})"
 
     def _train(self, stop: threading.Event) -> RoundLoop:
         loop = RoundLoop(

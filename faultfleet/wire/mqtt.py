@@ -1,8 +1,10 @@
-"""The MQTT transport: the only module of faultfleet that imports paho.
+"""The MQTT transport: with :mod:`faultfleet.wire.mqtt_client`, which builds its paho client,
+the only module of faultfleet that imports paho.
 
 :class:`MqttConnection` wraps one paho client (MQTT 3.1.1, callback API version 2) with
 what both services need: a retained last will, reconnection with exponential backoff
-(including a first connection to a broker that is still down), a routing table whose
+(including a first connection to a broker that is still down), every failed try logged at
+once with its reason (:mod:`faultfleet.wire.connect_failures`), a routing table whose
 subscriptions are renewed on every reconnect, payload size limits in both directions, and
 handlers that can never kill the network loop: an exception is logged with its topic,
 counted and reported, and the next message is handled as usual.
@@ -20,28 +22,23 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from faultfleet.wire.connect_failures import (
+    ConnectFailure,
+    FailureLog,
+    describe_refusal,
+    describe_socket_error,
+)
 from faultfleet.wire.dispatch import ConnectionState, Dispatcher, Handler, PublishError, Will
+from faultfleet.wire.mqtt_client import FailureReportingClient, make_client
 from faultfleet.wire.settings import BrokerSettings
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Handler", "MqttConnection", "PublishError", "Will"]
-
-MAX_INFLIGHT_MESSAGES = 100
-
-
-def _not_the_post_disconnect_race(record: logging.LogRecord) -> bool:
-    # paho 2.2's network thread runs once more after a clean disconnect() closed the socket
-    # and logs "Client is not connected" at ERROR; nothing is wrong, so drop that line.
-    return not record.getMessage().startswith("Client is not connected")
-
-
-_PAHO_LOGGER = logging.getLogger(f"{__name__}.paho")
-_PAHO_LOGGER.addFilter(_not_the_post_disconnect_race)
 
 
 class MqttConnection:
@@ -106,6 +103,7 @@ class MqttConnection:
         )
         self._max_queued_messages = max_queued_messages
         self._state = ConnectionState(on_connection_change)
+        self._failures = FailureLog(logger, self.broker_address, client_id)
         self._started = False
         self._stopped = False
         self._closed = False
@@ -114,30 +112,17 @@ class MqttConnection:
 
     def _make_client(
         self, will: Will | None, persistent: bool, reconnect_min_s: float, reconnect_max_s: float
-    ) -> paho.Client:
-        settings = self.settings
-        client = paho.Client(
-            callback_api_version=CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            clean_session=not persistent,
-            protocol=paho.MQTTv311,
+    ) -> FailureReportingClient:
+        client = make_client(
+            self.client_id,
+            self.settings,
+            will,
+            persistent_session=persistent,
+            reconnect_s=(reconnect_min_s, reconnect_max_s),
+            max_queued_messages=self._max_queued_messages,
         )
-        client.enable_logger(_PAHO_LOGGER)
-        if settings.username is not None:
-            client.username_pw_set(settings.username, settings.password())
-        if settings.tls_ca is not None:
-            client.tls_set(
-                ca_certs=str(settings.tls_ca),
-                certfile=str(settings.tls_cert) if settings.tls_cert else None,
-                keyfile=str(settings.tls_key) if settings.tls_key else None,
-            )
-        if will is not None:
-            client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
-        client.max_inflight_messages_set(MAX_INFLIGHT_MESSAGES)
-        client.max_queued_messages_set(self._max_queued_messages)
-        # paho annotates the delays as int but sleeps fractional seconds just as well.
-        client.reconnect_delay_set(cast(int, reconnect_min_s), cast(int, reconnect_max_s))
         client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
@@ -162,6 +147,11 @@ class MqttConnection:
     def connected(self) -> bool:
         """Whether the broker has accepted the connection (CONNACK) and not lost it since."""
         return self._state.connected
+
+    @property
+    def connect_failure(self) -> ConnectFailure | None:
+        """Why the last try to connect failed; None once connected (or before any try)."""
+        return self._failures.last
 
     def start(self) -> None:
         """Connect in the background; failed tries are retried with backoff until :meth:`stop`."""
@@ -339,13 +329,11 @@ class MqttConnection:
     ) -> None:
         self._network_thread = threading.get_ident()
         if reason_code.is_failure:
-            logger.error(
-                "broker %s refused client %r: %s; check broker.username and the password file",
-                self.broker_address,
-                self.client_id,
-                reason_code,
+            self._failures.failed(
+                describe_refusal(reason_code.value, str(reason_code), self.settings.username)
             )
             return
+        self._failures.connected()
         logger.info(
             "connected to broker %s as %r (session present: %s)",
             self.broker_address,
@@ -368,9 +356,20 @@ class MqttConnection:
         reason_code: ReasonCode,
         properties: Properties | None,
     ) -> None:
-        level, what = (logging.INFO, "left") if self._stopped else (logging.WARNING, "lost")
+        # not connected: the broker refused the login, which _on_connect logged already
+        level, what = (
+            (logging.WARNING, "lost") if self._state.connected else (logging.DEBUG, "closed by")
+        )
+        if self._stopped:
+            level, what = logging.INFO, "left"
         logger.log(level, "%s broker %s (%s)", what, self.broker_address, reason_code)
         self._state.set(False)
+
+    def _on_connect_fail(self, client: paho.Client, userdata: Any) -> None:
+        error = cast(FailureReportingClient, client).last_connect_error
+        if error is not None:  # else paho raised no OSError: nothing to explain
+            host, port, tls = self.settings.host, self.settings.port, bool(self.settings.tls_ca)
+            self._failures.failed(describe_socket_error(error, host, port, tls=tls))
 
     def _on_subscribe(
         self,
