@@ -1,6 +1,6 @@
 """The edge-agent service: trains when asked, diagnoses every live window with ONNX Runtime.
 
-:class:`AgentService` runs four activities around one MQTT connection:
+:class:`AgentService` runs five activities around one MQTT connection:
 
 * the network thread (paho) routes task frames to a queue, the retained cluster assignment
   to :meth:`_on_assignment` and the assigned cluster's retained model to :meth:`_on_model`;
@@ -12,7 +12,9 @@
 * a diagnosis thread takes windows from the source, runs the active ONNX model on each and
   publishes the diagnosis, then writes it to the local log — a full disk stops the log, not
   the publishing. Windows that arrive before the first model wait in a bounded backlog; a
-  model swap never drops a window.
+  model swap never drops a window;
+* a heartbeat thread publishes the retained heartbeat (last seen, last diagnosis, fault
+  streak) every ``diagnosis.heartbeat_s`` (:class:`~edge_agent.activity.Activity`).
 
 No message can stop these threads (:mod:`edge_agent.supervision`): every loop catches the
 exceptions of its iterations, counted per thread and logged once per kind, and a
@@ -30,6 +32,7 @@ import time
 from collections import deque
 from contextlib import AbstractContextManager
 
+from edge_agent.activity import Activity
 from edge_agent.batching import select_device
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.inference import LoadedModel, ModelStore, OnnxDiagnoser
@@ -154,6 +157,13 @@ class AgentService:
             clock_skew_warn_s=limits.clock_skew_warn_s,
         )
         self.connection.route(self.topics.tasks(self.agent_id), self.worker.on_task)
+        self.activity = Activity(
+            self.agent_id,
+            self.metrics,
+            self.diagnoser,
+            streak_min_probability=settings.diagnosis.streak_min_probability,
+            now=clock,
+        )
         self.connection.route(self.topics.assignment(self.agent_id), self.models.on_assignment)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -166,6 +176,8 @@ class AgentService:
         supervisor.start(AgentThread.TASKS, self.worker.run)
         supervisor.start(AgentThread.DIAGNOSIS, self._diagnose)
         supervisor.start(AgentThread.MODELS, self._load_models)
+        if self.settings.diagnosis.heartbeat_s > 0:  # 0: heartbeats switched off
+            supervisor.start(AgentThread.HEARTBEAT, self._heartbeat)
         try:
             supervisor.watch()
         finally:
@@ -250,6 +262,16 @@ class AgentService:
         except Exception as error:  # the supervisor starts the loader again
             self.errors(AgentThread.MODELS, error)
 
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """The heartbeat thread: :meth:`~edge_agent.activity.Activity.run` until ``stop``."""
+        self.activity.run(
+            stop,
+            self.connection,
+            self.topics.heartbeat(self.agent_id),
+            interval_s=self.settings.diagnosis.heartbeat_s,
+            clock=self.clock,
+        )
+
     def _diagnose(self, stop: threading.Event) -> None:
         backlog: deque[Window] = deque(maxlen=self.settings.diagnosis.backlog_windows)
         try:
@@ -292,6 +314,7 @@ class AgentService:
         )
         self.windows_diagnosed += 1
         self.metrics.observe_diagnoses([class_id], latency)
+        self.activity.observe(diagnosis)
         if self.settings.diagnosis.publish:
             # QoS 0: a diagnosis is news and the local log keeps it; during a broker outage
             # diagnoses are dropped instead of filling the client's queue.

@@ -69,6 +69,12 @@ class DiagnosisSettings(BaseModel):
     """Windows kept while no model has arrived yet; the oldest go first beyond this."""
     publish: bool = True
     """Publish every diagnosis on ``agents/{id}/diagnoses``."""
+    streak_min_probability: Annotated[float, Field(ge=0, le=1)] = 0.9
+    """A window extends its class's streak (``faultfleet_diagnosis_streak_windows``, the
+    fault-alarm rule) only when the model gives that class at least this probability."""
+    heartbeat_s: Annotated[float, Field(ge=0)] = 30.0
+    """Seconds between the retained heartbeats on ``agents/{id}/heartbeat`` (last seen, last
+    diagnosis, streak; read by ``faultfleet status``); 0 switches them off."""
 
 
 class TaskSettings(BaseModel):

@@ -34,6 +34,8 @@ class AgentThread(StrEnum):
     """The loop diagnosing windows from the source."""
     MODELS = "models"
     """The loader swapping in the assigned model."""
+    HEARTBEAT = "heartbeat"
+    """The retained heartbeat (:class:`~edge_agent.activity.Activity`)."""
     HANDLER = "handler"
     """A message handler on the MQTT network thread."""
 

@@ -380,3 +380,29 @@ class Diagnosis(Envelope):
     true_label: int | None = None
     """Known only for simulated machines and labelled recordings."""
     origin: str = ""
+
+
+class AgentHeartbeat(Envelope):
+    """Retained on ``agents/{id}/heartbeat``, every ``diagnosis.heartbeat_s`` while connected.
+
+    Kept apart from :class:`AgentStatus`: the broker replaces the retained status with the
+    agent's last will when it vanishes, but leaves this one, so that an agent that died
+    still shows when it was last seen and what it last diagnosed (``faultfleet status``).
+    """
+
+    kind: Literal["agent_heartbeat"] = "agent_heartbeat"
+    agent_id: Name
+    timestamp: float
+    """Unix time the heartbeat was sent: when the agent was last seen alive."""
+    cluster_id: Name | None = None
+    """Cluster of the model the agent diagnoses with; None before its first model."""
+    model_version: NonNegative | None = None
+    """Version of the model the agent diagnoses with (the serving version)."""
+    windows_diagnosed: NonNegative = 0
+    """Windows diagnosed since the agent started."""
+    last_diagnosis: Diagnosis | None = None
+    streak_class: str | None = None
+    """Class of the current streak: the most recent windows all diagnosed as it with at least
+    ``diagnosis.streak_min_probability``; None when the last window broke every streak."""
+    streak_windows: NonNegative = 0
+    """Length of that streak, windows."""

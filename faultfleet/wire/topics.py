@@ -8,10 +8,12 @@ Every topic lives under a versioned root (``faultfleet/v1`` by default)::
     {root}/agents/{agent}/results        agent → coordinator: their answers, or failures
     {root}/agents/{agent}/assignment     retained: the agent's cluster and model version
     {root}/agents/{agent}/diagnoses      agent → subscribers: one message per diagnosed window
+    {root}/agents/{agent}/heartbeat      retained: when the agent was last seen, its last diagnosis
     {root}/clusters/{cluster}/model      retained: the cluster's ONNX model
 
 An agent's broker account may write only the topics under its own id that it publishes
-(``status``, ``results``, ``diagnoses``); ``deploy/mosquitto/faultfleet.acl`` enforces it.
+(``status``, ``results``, ``diagnoses``, ``heartbeat``); ``deploy/mosquitto/faultfleet.acl``
+enforces it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class Topics:
     def diagnoses(self, agent_id: str) -> str:
         return self._agent(agent_id, "diagnoses")
 
+    def heartbeat(self, agent_id: str) -> str:
+        return self._agent(agent_id, "heartbeat")
+
     def cluster_model(self, cluster_id: str) -> str:
         return f"{self.root}/clusters/{check_name('cluster id', cluster_id)}/model"
 
@@ -72,6 +77,9 @@ class Topics:
 
     def all_diagnoses(self) -> str:
         return f"{self.root}/agents/+/diagnoses"
+
+    def all_heartbeats(self) -> str:
+        return f"{self.root}/agents/+/heartbeat"
 
     def agent_of(self, topic: str) -> str | None:
         """The agent id of a ``{root}/agents/{agent}/...`` topic, None for any other topic."""

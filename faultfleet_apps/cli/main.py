@@ -37,6 +37,7 @@ from faultfleet_apps.cli.models import add_models_command
 from faultfleet_apps.cli.runtime import add_runtime_commands
 from faultfleet_apps.cli.signals import add_signals_commands
 from faultfleet_apps.cli.sim import add_sim_command
+from faultfleet_apps.cli.status import add_status_command
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_deploy_command(commands)
     add_keys_command(commands)
     add_models_command(commands)
+    add_status_command(commands)
     return parser
 
 

@@ -18,6 +18,7 @@ def test_topic_names_under_the_default_root() -> None:
     assert topics.results("m07") == "faultfleet/v1/agents/m07/results"
     assert topics.assignment("m07") == "faultfleet/v1/agents/m07/assignment"
     assert topics.diagnoses("m07") == "faultfleet/v1/agents/m07/diagnoses"
+    assert topics.heartbeat("m07") == "faultfleet/v1/agents/m07/heartbeat"
     assert topics.cluster_model("cluster-3") == "faultfleet/v1/clusters/cluster-3/model"
 
 
@@ -27,6 +28,7 @@ def test_subscription_filters_use_single_level_wildcards() -> None:
     assert topics.all_agent_status() == "plant-a/ff/agents/+/status"
     assert topics.all_results() == "plant-a/ff/agents/+/results"
     assert topics.all_diagnoses() == "plant-a/ff/agents/+/diagnoses"
+    assert topics.all_heartbeats() == "plant-a/ff/agents/+/heartbeat"
 
 
 def test_a_custom_root_prefixes_every_topic() -> None:

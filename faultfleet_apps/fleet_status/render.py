@@ -1,0 +1,115 @@
+"""The table ``faultfleet status`` prints from a :meth:`FleetView.snapshot` document.
+
+One line for the coordinator (state, run, strategy, round, campaign), one row per agent
+(state, last seen, cluster, serving model version, last diagnosis, fault streak) and the
+recent promotions; "—" where a value is not known (yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+MISSING = "—"
+
+
+def age(seconds_ago: float) -> str:
+    """``"3 s ago"``, ``"5 min ago"``, ``"2 h ago"``, ``"4 d ago"`` (never negative)."""
+    seconds = max(0.0, seconds_ago)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return f"{int(seconds)} s ago"
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns left-aligned to their widest cell, two spaces apart, the header in capitals."""
+    cells = [[h.upper() for h in header], *[list(r) for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+def _when(timestamp: float | None, now: float) -> str:
+    return MISSING if timestamp is None else age(now - timestamp)
+
+
+def _value(value: Any) -> str:
+    return MISSING if value is None or value == "" else str(value)
+
+
+def _coordinator_line(coordinator: dict[str, Any] | None) -> str:
+    if coordinator is None:
+        return f"coordinator: {MISSING} (no retained status: has it ever run on this broker?)"
+    campaign = coordinator["campaign"]
+    if isinstance(campaign, dict):
+        campaign_text = " ".join(f"{k}={v}" for k, v in campaign.items())
+    else:
+        campaign_text = _value(campaign)
+    return (
+        f"coordinator: {_value(coordinator['state'])}   run {_value(coordinator['run_id'])}   "
+        f"strategy {_value(coordinator['strategy'])}   round "
+        f"{_value(coordinator['server_round'])}   campaign {campaign_text}"
+    )
+
+
+def _agent_cells(row: dict[str, Any], now: float) -> list[str]:
+    state = row["state"] + (f" ({row['offline_cause']})" if row["offline_cause"] else "")
+    diagnosis = row["last_diagnosis"]
+    diagnosis_text = (
+        MISSING
+        if diagnosis is None
+        else f"{diagnosis['class_name']} {diagnosis['probability']:.2f}, "
+        f"{age(now - diagnosis['timestamp'])}"
+    )
+    streak = row["streak"]
+    streak_text = MISSING if streak is None else f"{streak['windows']} × {streak['class_name']}"
+    version = row["serving_model_version"]
+    return [
+        row["agent_id"],
+        state,
+        _when(row["last_seen"], now),
+        _value(row["cluster_id"]),
+        MISSING if version is None else f"v{version}",
+        diagnosis_text,
+        streak_text,
+    ]
+
+
+def render_table(snapshot: dict[str, Any]) -> str:
+    """The text ``faultfleet status`` prints (without ``--json``)."""
+    now = snapshot["generated_at"]
+    counts = snapshot["counts"]
+    lines = [
+        _coordinator_line(snapshot["coordinator"]),
+        "agents: " + ", ".join(f"{counts[state]} {state}" for state in counts if counts[state])
+        if snapshot["agents"]
+        else "agents: none heard of",
+    ]
+    if snapshot["agents"]:
+        header = [
+            "agent",
+            "state",
+            "last seen",
+            "cluster",
+            "model",
+            "last diagnosis",
+            "fault streak",
+        ]
+        rows = [_agent_cells(row, now) for row in snapshot["agents"]]
+        lines += ["", format_table(header, rows)]
+    promotions = (snapshot["coordinator"] or {}).get("recent_promotions") or []
+    lines.append("")
+    lines.append("recent promotions: " + (MISSING if not promotions else ""))
+    lines += [f"  {_promotion(p)}" for p in promotions]
+    if snapshot["unreadable_messages"]:
+        lines.append(f"({snapshot['unreadable_messages']} unreadable message(s) skipped)")
+    return "\n".join(lines)
+
+
+def _promotion(promotion: Any) -> str:
+    if isinstance(promotion, dict):
+        return "  ".join(f"{key} {value}" for key, value in promotion.items())
+    return str(promotion)
