@@ -27,6 +27,8 @@ from faultfleet.wire.settings import DEFAULT_MAX_PAYLOAD_BYTES
 from faultfleet.wire.topics import Topics
 from faultfleet_apps.brokers.launch import PUBLISH_HEADER_ROOM_BYTES
 from faultfleet_apps.cli.main import build_parser
+from faultfleet_apps.fleet_status.settings import StatusSettings
+from faultfleet_apps.fleet_status.view import FleetView
 from tests.faultfleet.scrape import exposed_types, samples
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -71,6 +73,7 @@ def _settings_keys(model: type[BaseModel]) -> dict[str, set[str]]:
 SETTINGS_KEYS: dict[str, dict[str, set[str]]] = {
     "coordinator": _settings_keys(CoordinatorSettings),
     "agent": _settings_keys(AgentSettings),
+    "status": _settings_keys(StatusSettings),
 }
 
 
@@ -211,6 +214,7 @@ def test_acl_names_exactly_the_agent_topics_of_the_topic_tree() -> None:
         ("readwrite", topics.agent_status("AGENT")),  # read back by --retire
         ("write", topics.results("AGENT")),
         ("write", topics.diagnoses("AGENT")),
+        ("write", topics.heartbeat("AGENT")),
         ("read", topics.tasks("AGENT")),
         ("read", topics.assignment("AGENT")),
         ("read", topics.coordinator_status()),
@@ -227,6 +231,25 @@ def test_acl_names_exactly_the_agent_topics_of_the_topic_tree() -> None:
     assert len(patterns) == len(expected)
     assert coordinator is not None
     assert coordinator.group(1) == f"{topics.root}/#"
+
+
+def test_acl_gives_the_status_account_the_topics_faultfleet_status_reads_and_no_write() -> None:
+    # Prepare
+    topics = Topics()
+    view = FleetView(topics)
+    text = (DEPLOY / "mosquitto" / "faultfleet.acl").read_text(encoding="utf-8")
+
+    # Execute: the "topic" lines of the status account, up to the next account
+    block = text.split("\nuser status\n", 1)[1].split("\nuser ", 1)[0]
+    rules = re.findall(r"^topic (\w+) (\S+)$", block, flags=re.MULTILINE)
+
+    # Assert
+    assert {topic for access, topic in rules if access == "read"} == set(view.routes(live=True))
+    assert {topic for access, topic in rules if access == "deny"} == {
+        f"{topics.root}/agents/status/#",  # the agent pattern lines apply to every account
+        f"{topics.root}/clusters/#",
+    }
+    assert {access for access, _ in rules} == {"read", "deny"}
 
 
 def test_broker_limits_let_the_largest_allowed_payload_through() -> None:
@@ -281,9 +304,9 @@ def test_dashboard_is_an_importable_grafana_dashboard() -> None:
     board = dashboard()
     panels = [p for p in board["panels"] if p["type"] != "row"]
 
-    # Assert
+    # Assert: the data source is a template variable (tests/deploy/test_dashboard.py)
     assert board["schemaVersion"] >= 36
-    assert [i["name"] for i in board["__inputs"]] == ["DS_PROMETHEUS"]
+    assert "__inputs" not in board
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     for panel in panels:
         assert panel["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
@@ -292,15 +315,25 @@ def test_dashboard_is_an_importable_grafana_dashboard() -> None:
         assert grid["x"] + grid["w"] <= 24, panel["title"]
 
 
+PROMETHEUS_SERIES = {"up", "ALERTS"}
+"""Series Prometheus makes itself (scrape health, alert state) rather than scraping them."""
+
+
 def test_dashboard_plots_every_metric_and_only_metrics_that_exist() -> None:
-    # Prepare
+    # Prepare: a real scrape of each service's registry (the process collectors included)
     registries = (CoordinatorMetrics().registry, AgentMetrics(class_names=["a"]).registry)
     exposed = {name for registry in registries for name, _ in samples(registry)}
     metrics = {name for registry in registries for name in exposed_types(registry)}
 
     # Execute
-    used = {token for q in queries(dashboard()) for token in re.findall(r"faultfleet_[a-z_]+", q)}
+    used = {
+        token
+        for q in queries(dashboard())
+        for token in re.findall(r"\b(?:(?:faultfleet|process|python)_[a-z_]+|up|ALERTS)\b", q)
+    }
+    own = {name for name in used if name.startswith("faultfleet_")}
 
     # Assert
-    assert used - (exposed | metrics) == set()  # cluster series only exist once set
-    assert {re.sub(r"_(bucket|sum|count)$", "", name) for name in used} == metrics
+    assert used - (exposed | metrics | PROMETHEUS_SERIES) == set()  # cluster series once set
+    assert {re.sub(r"_(bucket|sum|count)$", "", name) for name in own} == metrics
+    assert {"up", "process_resident_memory_bytes", "process_cpu_seconds_total"} <= used
