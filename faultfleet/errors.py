@@ -17,6 +17,8 @@
     │   │                          RuntimeError (coordinator.adapters.model_registry)
     │   ├── RetireError            the broker is unreachable or the agent still runs; also
     │   │                          RuntimeError (edge_agent.retire)
+    │   ├── StatusError            ``faultfleet status`` cannot read the fleet from the broker
+    │   │                          (faultfleet_apps.fleet_status.reader)
     │   ├── BrokerError            the demo's broker cannot start; also RuntimeError
     │   │                          (faultfleet_apps.brokers.launch)
     │   ├── DatasetError           an image dataset's files are missing or damaged

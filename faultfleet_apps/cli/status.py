@@ -4,8 +4,9 @@ Reads the broker's retained messages with a read-only login (``--config``, see
 ``deploy/config/status.toml``) and prints a table, or with ``--json`` the status document
 (docs/runtime.md). ``--watch [SECONDS]`` keeps the session open, follows the live
 diagnoses too and prints the fleet again every SECONDS until Ctrl-C, which ends it with
-exit status 0. Exit status 1: the broker could not be reached, refused the login or the
-subscriptions; 130: interrupted before the first snapshot.
+exit status 0. A broker that cannot be reached or refuses the login or the subscriptions
+is a :class:`~faultfleet_apps.fleet_status.reader.StatusError`, a user error: one line and
+exit status 2; Ctrl-C before the first snapshot: 130 (both from ``cli.main``).
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from typing import Any, TextIO
 
 from coordinator.runtime.run_summary import load_summary
 from faultfleet.clock import SYSTEM_CLOCK, Clock
+from faultfleet.errors import UsageError
 from faultfleet.wire.settings import load_settings
 from faultfleet.wire.topics import Topics
-from faultfleet_apps.fleet_status.reader import FleetReader, StatusError
+from faultfleet_apps.fleet_status.reader import FleetReader
 from faultfleet_apps.fleet_status.render import render_table
 from faultfleet_apps.fleet_status.settings import StatusSettings
 from faultfleet_apps.fleet_status.view import FleetView
 
-FAILED = 1
-INTERRUPTED = 130
 DEFAULT_WATCH_S = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -76,27 +76,20 @@ def add_status_command(commands: Any) -> None:
 def run_status(args: argparse.Namespace) -> int:
     """``faultfleet status``."""
     if args.watch is not None and args.watch <= 0:
-        raise ValueError(f"--watch {args.watch:g}: give a refresh interval above 0 seconds")
+        raise UsageError(f"--watch {args.watch:g}: give a refresh interval above 0 seconds")
     if args.timeout <= 0:
-        raise ValueError(f"--timeout {args.timeout:g}: give a wait above 0 seconds")
+        raise UsageError(f"--timeout {args.timeout:g}: give a wait above 0 seconds")
     settings = load_settings(StatusSettings, args.config)
     summary = load_summary(args.state_dir) if args.state_dir is not None else None
     view = FleetView(Topics(settings.broker.topic_root), summary)
     reader = FleetReader(settings.broker, view, live=args.watch is not None)
-    try:
-        with reader:
-            reader.start(args.timeout)
-            reader.settle(args.timeout)
-            if args.watch is None:
-                show(reader, as_json=args.json, out=sys.stdout)
-                return 0
-            return watch(reader, interval_s=args.watch, as_json=args.json, out=sys.stdout)
-    except StatusError as error:
-        print(f"faultfleet: error: {error}", file=sys.stderr)
-        return FAILED
-    except KeyboardInterrupt:
-        print("faultfleet: interrupted", file=sys.stderr)
-        return INTERRUPTED
+    with reader:
+        reader.start(args.timeout)
+        reader.settle(args.timeout)
+        if args.watch is None:
+            show(reader, as_json=args.json, out=sys.stdout)
+            return 0
+        return watch(reader, interval_s=args.watch, as_json=args.json, out=sys.stdout)
 
 
 def show(reader: FleetReader, *, as_json: bool, out: TextIO, clear: bool = False) -> None:

@@ -17,7 +17,7 @@ import threading
 from types import TracebackType
 
 from faultfleet.clock import SYSTEM_CLOCK, Clock
-from faultfleet.errors import FaultfleetError
+from faultfleet.errors import UsageError
 from faultfleet.wire.mqtt import Handler, MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet_apps.fleet_status.view import FleetView
@@ -27,8 +27,11 @@ QUIET_S = 0.5
 this long without one means they have all arrived."""
 
 
-class StatusError(FaultfleetError):
-    """The fleet's status could not be read: broker unreachable, login or ACL refused."""
+class StatusError(UsageError):
+    """The fleet's status could not be read: broker unreachable, login or ACL refused.
+
+    A user error: the broker address, the login or the ACL is the user's to fix.
+    """
 
 
 class FleetReader:

@@ -30,7 +30,7 @@ from faultfleet_apps.cli.main import main
 from faultfleet_apps.cli.runtime import build_source
 from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
-from .services import coordinator_settings, kill, sample_value, start_cli, wait_until
+from .services import TRUSTED, coordinator_settings, kill, sample_value, start_cli, wait_until
 
 TIMEOUT_S = 240.0
 
@@ -58,6 +58,7 @@ def start_agent(broker: BrokerSettings, state_dir: Path, index: int) -> RunningA
             machine_index=index, clients_per_group=4, windows_per_client=(40, 60)
         ),
         diagnosis=DiagnosisSettings(interval_s=0.05, heartbeat_s=0.2),
+        signing=TRUSTED,
     )
     source = build_source(settings.source, settings.diagnosis.interval_s, ())
     service = AgentService(settings, source, metrics=AgentMetrics(class_names=source.class_names))

@@ -86,8 +86,14 @@ def receive(adapter: TypeAdapter[Any], payload: bytes) -> BaseModel:
 def test_every_envelope_is_fuzzed() -> None:
     names = {cls.__name__ for cls in ENVELOPES}
 
-    assert {"FitTaskMessage", "GradientMessage", "ModelAnnouncement", "SignedMessage"} <= names
-    assert len(names) == 15
+    assert {
+        "AgentHeartbeat",
+        "FitTaskMessage",
+        "GradientMessage",
+        "ModelAnnouncement",
+        "SignedMessage",
+    } <= names
+    assert len(names) == 16
 
 
 @pytest.mark.parametrize("model", ENVELOPES, ids=lambda cls: cls.__name__)

@@ -23,10 +23,9 @@ from faultfleet_apps.fleet_status.view import FleetView
 from tests.clocks import FakeClock, Wait
 
 
-def test_status_has_help() -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["status", "--help"])
-    assert exit_info.value.code == 0
+def test_status_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--help"]) == 0
+    assert "--watch" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -44,7 +43,7 @@ def test_intervals_must_be_positive(
     assert message in capsys.readouterr().err
 
 
-def test_an_unreachable_broker_ends_with_status_1_and_the_reason(
+def test_an_unreachable_broker_ends_with_status_2_and_the_reason(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Prepare: a port nothing listens on
@@ -56,8 +55,8 @@ def test_an_unreachable_broker_ends_with_status_1_and_the_reason(
 
     # Assert
     err = capsys.readouterr().err
-    assert status == 1
-    assert "could not connect to the MQTT broker at 127.0.0.1:" in err
+    assert status == 2
+    assert "faultfleet: error: could not connect to the MQTT broker at 127.0.0.1:" in err
     assert "refused: connection to 127.0.0.1:" in err
 
 
