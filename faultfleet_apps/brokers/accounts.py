@@ -33,17 +33,27 @@ HASH_BYTES = 64
 COORDINATOR = "coordinator"
 HISTORIAN = "historian"
 """The read-only account the ACL names for consumers of diagnoses (the demo's monitor)."""
+STATUS = "status"
+"""The read-only account of ``faultfleet status``: it also reads the agents' heartbeats."""
 
 ACL_RULES = """\
 pattern readwrite faultfleet/v1/agents/%u/status
 pattern write faultfleet/v1/agents/%u/results
 pattern write faultfleet/v1/agents/%u/diagnoses
+pattern write faultfleet/v1/agents/%u/heartbeat
 pattern read faultfleet/v1/agents/%u/tasks
 pattern read faultfleet/v1/agents/%u/assignment
 pattern read faultfleet/v1/clusters/+/model
 pattern read faultfleet/v1/coordinator/status
 user coordinator
 topic readwrite faultfleet/v1/#
+user status
+topic read faultfleet/v1/coordinator/status
+topic read faultfleet/v1/agents/+/status
+topic read faultfleet/v1/agents/+/heartbeat
+topic read faultfleet/v1/agents/+/diagnoses
+topic deny faultfleet/v1/agents/status/#
+topic deny faultfleet/v1/clusters/#
 user historian
 topic read faultfleet/v1/agents/+/diagnoses
 topic read faultfleet/v1/agents/+/status
@@ -129,7 +139,8 @@ class BrokerAccounts:
 def create_accounts(
     folder: Path, agent_ids: Sequence[str], topic_root: str = DEFAULT_TOPIC_ROOT
 ) -> BrokerAccounts:
-    """Random passwords for the agents, ``coordinator`` and ``historian``, and the broker files.
+    """Random passwords for the agents, ``coordinator``, ``historian`` and ``status``, and the
+    broker files.
 
     Parameters
     ----------
@@ -140,7 +151,7 @@ def create_accounts(
         One account each, named after the agent (the ACL's ``%u``).
     topic_root : str
     """
-    users = (*agent_ids, COORDINATOR, HISTORIAN)
+    users = (*agent_ids, COORDINATOR, HISTORIAN, STATUS)
     if len(set(users)) != len(users):
         raise ValueError(f"account names must be distinct; got {list(users)}")
     passwords = {user: secrets.token_urlsafe(24) for user in users}

@@ -39,7 +39,13 @@ from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.signing import SigningKey
 from faultfleet.wire.topics import Topics
-from faultfleet_apps.brokers.accounts import COORDINATOR, HISTORIAN, BrokerAccounts, create_accounts
+from faultfleet_apps.brokers.accounts import (
+    COORDINATOR,
+    HISTORIAN,
+    STATUS,
+    BrokerAccounts,
+    create_accounts,
+)
 from faultfleet_apps.brokers.launch import RunningBroker, find_mosquitto, start_broker
 
 logger = logging.getLogger(__name__)
@@ -174,7 +180,11 @@ def prepare_secrets(plan: DemoPlan) -> DemoSecrets:
 
 
 def write_configs(plan: DemoPlan, broker: RunningBroker, secrets: DemoSecrets) -> tuple[Path, Path]:
-    """The coordinator's and the agents' TOML files for ``plan``, with their credentials."""
+    """The coordinator's and the agents' TOML files for ``plan``, with their credentials.
+
+    ``status.toml`` beside them lets ``faultfleet status --config`` read the demo's fleet with
+    the read-only ``status`` account.
+    """
     folder = plan.out / "config"
     folder.mkdir(parents=True, exist_ok=True)
     broker_table = f'[broker]\nhost = "{broker.host}"\nport = {broker.port}\n'
@@ -211,6 +221,12 @@ def write_configs(plan: DemoPlan, broker: RunningBroker, secrets: DemoSecrets) -
         f'[source]\nkind = "simulated"\nseed = {plan.seed}\n'
         f"clients_per_group = {plan.clients_per_group}\n\n"
         f"[diagnosis]\ninterval_s = {plan.interval_s}\npublish = true\n",
+        encoding="utf-8",
+    )
+    (folder / "status.toml").write_text(
+        f"{broker_table}"
+        f'username = "{STATUS}"\n'
+        f'password_file = "{secrets.accounts.password_path(STATUS).resolve()}"\n',
         encoding="utf-8",
     )
     return coordinator, agents

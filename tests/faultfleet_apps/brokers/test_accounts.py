@@ -90,7 +90,7 @@ def test_mosquitto_admits_each_account_with_its_own_password_only(
 
     # Assert
     assert accounts.writer == writer
-    assert admitted == {"m00": True, "m01": True, "coordinator": True, "historian": True}
+    assert admitted == dict.fromkeys(("m00", "m01", "coordinator", "historian", "status"), True)
     assert refused == [False, False, False]
     assert anonymous is False
     modes = {stat.S_IMODE(accounts.password_path(u).stat().st_mode) for u in accounts.users}

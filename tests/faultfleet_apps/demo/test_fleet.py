@@ -25,6 +25,7 @@ from faultfleet_apps.demo.fleet import (
     write_configs,
 )
 from faultfleet_apps.demo.report import format_outcome, found_labels, true_group, write_report
+from faultfleet_apps.fleet_status.settings import StatusSettings
 
 
 class _Address:
@@ -70,7 +71,12 @@ def test_demo_configs_load_with_the_services_settings(tmp_path: Path) -> None:
     key_file = coordinator_settings.signing.key_file
     assert key_file is not None
     assert SigningKey.load(key_file).key_id == secrets.key_id
-    assert len(secrets.accounts.users) == plan.machines + 2
+    assert len(secrets.accounts.users) == plan.machines + 3
+    status_settings = load_settings(StatusSettings, coordinator.parent / "status.toml")
+    assert status_settings.broker.username == "status"
+    assert status_settings.broker.password() == (
+        secrets.accounts.password_path("status").read_text().strip()
+    )
 
 
 def test_demo_agents_can_train_on_a_gpu_when_there_is_one(tmp_path: Path) -> None:
