@@ -162,7 +162,7 @@ class AgentService:
             self.metrics,
             self.diagnoser,
             streak_min_probability=settings.diagnosis.streak_min_probability,
-            now=clock,
+            now=clock.time,
         )
         self.connection.route(self.topics.assignment(self.agent_id), self.models.on_assignment)
 
