@@ -126,7 +126,7 @@ def test_the_rules_watch_only_metrics_the_services_export() -> None:
         "faultfleet_diagnosis_streak_windows",
         "faultfleet_models_rejected_total",
         "faultfleet_rounds_without_quorum_total",
-        "faultfleet_promotion_decisions_total",
+        "faultfleet_promotions_total",
         "up",
     } <= used
 
