@@ -15,7 +15,7 @@ One folder per agent, holding one machine::
   relative to the folder, and inside it unless ``manifest_outside_folder`` allows more).
   Every entry must name the same ``machine_id``. Each recording is cut in time into
   train | validation | test segments (0.7/0.15/0.15 by default) before windowing, as
-  :func:`signal_pipeline.scenarios.manifest_federation` does; classes are
+  :func:`signal_pipeline.plant_federation.manifest_federation` does; classes are
   ``label 0`` … ``label <max label>``. Without a manifest the agent only diagnoses.
 * **Diagnosis.** Drop recordings into ``incoming/`` in any format the readers support
   (``.npz``, ``.wav``, ``.csv``, ``.npy``, ``.mat``; files whose name starts with ``.`` are
@@ -56,9 +56,9 @@ from edge_agent.source_types import Pacer, Window, check_interval
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.errors import UsageError
 from signal_pipeline.federation import ClientData
+from signal_pipeline.plant_federation import manifest_federation
 from signal_pipeline.readers import load_manifest, read_recording
 from signal_pipeline.recording import RecordingError
-from signal_pipeline.scenarios import manifest_federation
 from signal_pipeline.splitting import SplitFractions
 from signal_pipeline.windowing import window_recording
 

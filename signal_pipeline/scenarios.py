@@ -1,4 +1,4 @@
-"""Vibration federations: the FLACC mixed-fault case study and a plant's own recordings.
+"""Simulated vibration federations: the FLACC mixed-fault case study and its machines.
 
 ``mixed-fault`` follows Mehta & Shao (FLACC, IEEE TII 2023, §VI): 48 machines in 6 groups of
 8; groups hold labels (0,1), (2,3), (4,8), (5,6), (7,11), (9,10) of Table II; each machine
@@ -13,7 +13,10 @@ Every window of a machine comes from one continuous recording per label, cut in 
 One edge agent needs only its own machine: :func:`mixed_fault_client` builds machine
 ``index`` alone, bit-identical to ``mixed_fault(...).clients[index]``, and
 :func:`mixed_fault_machine` gives its :class:`MachinePlan` (profile and labels) for a live
-stream. All three replay one planning function, so they cannot drift apart.
+stream. All three replay one planning function, so they cannot drift apart; so does
+:func:`simulate_groups`, which builds groups of any size (the ``label-groups`` fleets of
+:mod:`signal_pipeline.label_groups`). A plant's own recordings make a federation in
+:mod:`signal_pipeline.plant_federation`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from faultfleet.types import IntArray
 from signal_pipeline.conditions import Condition, label_names
 from signal_pipeline.federation import ClientData, Dataset, Federation
 from signal_pipeline.machine import MachineProfile
-from signal_pipeline.readers import read_manifest
 from signal_pipeline.recording import Recording
 from signal_pipeline.simulator import DEFAULT_FS_HZ, DEFAULT_SNR_DB, simulate
 from signal_pipeline.splitting import (
@@ -36,7 +38,6 @@ from signal_pipeline.splitting import (
     SplitFractions,
     WindowedSplit,
     concatenate_splits,
-    split_windows_by_recording,
     split_windows_by_time,
 )
 
@@ -78,7 +79,7 @@ class VibrationSettings:
             raise UsageError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
 
 
-def _datasets(splits: Mapping[str, WindowedSplit], labels: IntArray) -> list[Dataset]:
+def split_datasets(splits: Mapping[str, WindowedSplit], labels: IntArray) -> list[Dataset]:
     return [
         Dataset(
             np.ascontiguousarray(splits[name].windows[:, np.newaxis, :]),
@@ -130,7 +131,7 @@ def simulate_client(
         for name in SPLIT_NAMES
     }
     labels = np.array([r.label for r in recordings], dtype=np.int64)
-    return ClientData(client_id, group, *_datasets(merged, labels))
+    return ClientData(client_id, group, *split_datasets(merged, labels))
 
 
 @dataclass(frozen=True)
@@ -180,28 +181,32 @@ class _ClientPlan:
 
 def _plan_mixed_fault(
     seed: int,
-    clients_per_group: int,
+    group_sizes: Sequence[int],
     windows_per_client: tuple[int, int],
     groups: Sequence[Sequence[int]],
 ) -> list[_ClientPlan]:
     """Every client's group, label counts and seed, in federation order (cheap: no signals).
 
-    The one place the plan random stream is drawn, so :func:`mixed_fault` and the
-    single-machine builders replay exactly the same draws.
+    Group ``g`` gets ``group_sizes[g]`` clients. The one place the plan random stream is
+    drawn, so :func:`mixed_fault`, :func:`simulate_groups` and the single-machine builders
+    replay exactly the same draws.
     """
     low, high = windows_per_client
     if not 2 <= low <= high:
         raise UsageError(f"windows_per_client must be 2 <= low <= high, got {windows_per_client}")
-    if clients_per_group < 1:
-        raise UsageError(f"clients_per_group must be >= 1, got {clients_per_group}")
-    total = clients_per_group * len(groups)
+    if len(group_sizes) != len(groups) or min(group_sizes, default=0) < 1:
+        raise UsageError(
+            f"every group needs >= 1 machine (clients_per_group), got sizes {list(group_sizes)} "
+            f"for {len(groups)} group(s)"
+        )
+    total = sum(group_sizes)
     root = np.random.SeedSequence(seed)
     plan_rng = np.random.default_rng(root.spawn(1)[0])
     client_seeds = root.spawn(total)
     plans: list[_ClientPlan] = []
-    for group, group_labels in enumerate(groups):
+    for group, (group_labels, size) in enumerate(zip(groups, group_sizes, strict=True)):
         labels = tuple(int(label) for label in group_labels)
-        for _ in range(clients_per_group):
+        for _ in range(size):
             index = len(plans)
             count = int(plan_rng.integers(low, high + 1))
             split = plan_rng.multinomial(
@@ -238,6 +243,43 @@ def _build_client(plan: _ClientPlan, settings: VibrationSettings) -> ClientData:
     return simulate_client(plan.client_id, plan.group, machine, plan.label_counts, settings, rng)
 
 
+def simulate_groups(
+    seed: int,
+    groups: Sequence[Sequence[int]],
+    group_sizes: Sequence[int],
+    windows_per_client: tuple[int, int],
+    settings: VibrationSettings,
+    progress: ProgressCallback | None = None,
+) -> tuple[ClientData, ...]:
+    """Simulate ``group_sizes[g]`` machines holding the condition labels ``groups[g]``.
+
+    Clients ``m00``, ``m01``, ... in group order, ``group`` = index into ``groups``, labels
+    as given (condition labels 0-19, not renumbered). With equal sizes these are exactly
+    the clients of :func:`mixed_fault` with those groups.
+
+    Parameters
+    ----------
+    seed : int
+        The same seed gives the same machines, label counts and signals.
+    groups : sequence of label sequences
+    group_sizes : sequence of int
+        Machines per group, each >= 1.
+    windows_per_client : (low, high)
+        Train+test windows per client, drawn uniformly; split at random among the group's
+        labels (at least 2 each).
+    settings : VibrationSettings
+    progress : callable, optional
+        ``progress(done, total)`` after each client.
+    """
+    plans = _plan_mixed_fault(seed, group_sizes, windows_per_client, groups)
+    clients: list[ClientData] = []
+    for plan in plans:
+        clients.append(_build_client(plan, settings))
+        if progress is not None:
+            progress(plan.index + 1, len(plans))
+    return tuple(clients)
+
+
 def mixed_fault(
     seed: int = 0,
     *,
@@ -267,15 +309,11 @@ def mixed_fault(
     mixed_fault_client : one machine of this federation, without simulating the others.
     """
     settings = settings or VibrationSettings()
-    plans = _plan_mixed_fault(seed, clients_per_group, windows_per_client, groups)
-    clients: list[ClientData] = []
-    for plan in plans:
-        clients.append(_build_client(plan, settings))
-        if progress is not None:
-            progress(plan.index + 1, len(plans))
+    sizes = [clients_per_group] * len(groups)
+    clients = simulate_groups(seed, groups, sizes, windows_per_client, settings, progress)
     return Federation(
         name="mixed-fault",
-        clients=tuple(clients),
+        clients=clients,
         n_classes=len(MIXED_FAULT_CLASS_NAMES),
         class_names=MIXED_FAULT_CLASS_NAMES,
         metadata={"seed": seed, "groups": [list(g) for g in groups], **asdict(settings)},
@@ -302,7 +340,7 @@ def mixed_fault_machine(
         If ``index`` is not in ``[0, clients_per_group * len(groups))``.
     """
     settings = settings or VibrationSettings()
-    plans = _plan_mixed_fault(seed, clients_per_group, windows_per_client, groups)
+    plans = _plan_mixed_fault(seed, [clients_per_group] * len(groups), windows_per_client, groups)
     plan = _select(plans, index)
     machine, _ = _machine(plan, settings)
     return MachinePlan(
@@ -330,72 +368,5 @@ def mixed_fault_client(
         If ``index`` is not in ``[0, clients_per_group * len(groups))``.
     """
     settings = settings or VibrationSettings()
-    plans = _plan_mixed_fault(seed, clients_per_group, windows_per_client, groups)
+    plans = _plan_mixed_fault(seed, [clients_per_group] * len(groups), windows_per_client, groups)
     return _build_client(_select(plans, index), settings)
-
-
-def manifest_federation(
-    manifest: str,
-    *,
-    window_length: int = 1024,
-    stride: int | None = None,
-    fractions: SplitFractions | None = None,
-    split_by: str = "time",
-    seed: int = 0,
-    allow_outside_folder: bool = False,
-) -> Federation:
-    """A federation of a plant's own labelled recordings, one client per machine.
-
-    Parameters
-    ----------
-    manifest : str
-        Path of a CSV or TOML manifest (see :mod:`signal_pipeline.readers`).
-    window_length, stride : int
-        Window size and step in samples (stride defaults to the window length).
-    fractions : SplitFractions
-        Train/validation/test fractions (0.7/0.15/0.15 by default).
-    split_by : "time" or "recording"
-        Cut each recording in time, or assign whole recordings to splits.
-    seed : int
-        Seeds the assignment of recordings when ``split_by="recording"``.
-    allow_outside_folder : bool
-        Accept listed files outside the manifest's folder (see
-        :func:`~signal_pipeline.readers.load_manifest`).
-
-    The ground-truth group of a machine is the set of labels it holds: machines with the
-    same set of conditions share a group.
-    """
-    if split_by not in ("time", "recording"):
-        raise UsageError(f"split_by must be 'time' or 'recording', got {split_by!r}")
-    fractions = fractions or SplitFractions()
-    step = stride or window_length
-    recordings = read_manifest(manifest, allow_outside_folder=allow_outside_folder)
-    by_machine: dict[str, list[Recording]] = {}
-    for recording in recordings:
-        by_machine.setdefault(recording.machine_id or "unknown", []).append(recording)
-    rng = np.random.default_rng(seed)
-    label_sets: dict[tuple[int, ...], int] = {}
-    clients = []
-    for machine_id, own in sorted(by_machine.items()):
-        labels = np.array([r.label for r in own], dtype=np.int64)
-        if split_by == "time":
-            splits = split_windows_by_time(own, window_length, step, fractions)
-        else:
-            splits = split_windows_by_recording(own, window_length, step, fractions, rng)
-        key = tuple(sorted(set(labels.tolist())))
-        group = label_sets.setdefault(key, len(label_sets))
-        clients.append(ClientData(machine_id, group, *_datasets(splits, labels)))
-    n_classes = max(int(r.label or 0) for r in recordings) + 1
-    return Federation(
-        name=f"manifest:{manifest}",
-        clients=tuple(clients),
-        n_classes=n_classes,
-        class_names=tuple(f"label {i}" for i in range(n_classes)),
-        metadata={
-            "manifest": manifest,
-            "window_length": window_length,
-            "stride": step,
-            "split_by": split_by,
-            **fractions.as_dict(),
-        },
-    )

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faultfleet.errors import UsageError
+from signal_pipeline.label_groups import LabelGroups, parse_label_groups
 
 
 def whole(minimum: int) -> Callable[[str], int]:
@@ -78,6 +79,38 @@ FINITE_NUMBER = number()
 """A finite number of either sign (a signal-to-noise ratio in dB)."""
 FRACTION = number(above=0, at_most=1)
 """A fraction in (0, 1]."""
+MACHINE_SPREAD_HELP = "how much machines differ (default 0.25: nominally identical machines)"
+"""Help of ``--machine-spread``, whose type is :data:`NON_NEGATIVE_NUMBER`."""
+GROUPS_HELP = (
+    "the label-groups fleet: groups separated by ';', each its condition labels (0-19) "
+    "separated by ',' and *N machines, e.g. '0,1*8;2,3*8;4,8*6'"
+)
+"""Help of ``--groups``, whose type is :func:`label_groups_option`."""
+
+
+def label_groups_option(text: str) -> LabelGroups:
+    """Type of ``--groups``: a fleet of label groups (:mod:`signal_pipeline.label_groups`)."""
+    try:
+        return parse_label_groups(text)
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def check_fleet_options(scenario: str, groups: object, clients_per_group: int | None) -> None:
+    """``--groups`` goes with ``--scenario label-groups`` only, ``--clients-per-group``
+    with every other scenario."""
+    if scenario == "label-groups":
+        if groups is None:
+            raise UsageError(
+                "--scenario label-groups needs --groups, e.g. --groups '0,1*8;2,3*8;4,8*6'"
+            )
+        if clients_per_group is not None:
+            raise UsageError(
+                "--clients-per-group does not apply to label-groups: give each group's "
+                "machines as *N in --groups"
+            )
+    elif groups is not None:
+        raise UsageError(f"--groups needs --scenario label-groups (got --scenario {scenario})")
 
 
 def output_folder(path: Path, option: str = "--out") -> Path:

@@ -16,10 +16,14 @@ from tqdm import tqdm
 
 from faultfleet_apps.cli.arguments import (
     FINITE_NUMBER,
+    GROUPS_HELP,
+    MACHINE_SPREAD_HELP,
     NON_NEGATIVE_NUMBER,
     POSITIVE,
     POSITIVE_NUMBER,
     SEED,
+    check_fleet_options,
+    label_groups_option,
     output_file_folder,
     whole,
 )
@@ -27,14 +31,11 @@ from signal_pipeline.bearing import parse_bearing
 from signal_pipeline.conditions import Condition, label_names
 from signal_pipeline.federation import Federation
 from signal_pipeline.inspection import Inspection, inspect_recording
+from signal_pipeline.label_groups import label_groups
 from signal_pipeline.machine import MachineProfile
+from signal_pipeline.plant_federation import manifest_federation
 from signal_pipeline.readers import SUPPORTED_SUFFIXES, read_recording, write_recording
-from signal_pipeline.scenarios import (
-    ProgressCallback,
-    VibrationSettings,
-    manifest_federation,
-    mixed_fault,
-)
+from signal_pipeline.scenarios import ProgressCallback, VibrationSettings, mixed_fault
 from signal_pipeline.simulator import DEFAULT_FS_HZ, DEFAULT_SNR_DB, simulate
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -176,9 +177,10 @@ def add_signals_commands(commands: Any) -> None:
     source = fed.add_mutually_exclusive_group()
     source.add_argument(
         "--scenario",
-        choices=["mixed-fault"],
+        choices=["mixed-fault", "label-groups"],
         default="mixed-fault",
-        help="simulated federation to build (default %(default)s); or give --manifest",
+        help="simulated federation to build (default %(default)s; label-groups takes "
+        "--groups); or give --manifest",
     )
     source.add_argument(
         "--manifest",
@@ -192,9 +194,10 @@ def add_signals_commands(commands: Any) -> None:
     fed.add_argument(
         "--clients-per-group",
         type=POSITIVE,
-        default=8,
-        help="simulated machines per fault group (default 8; scenario only)",
+        default=None,
+        help="simulated machines per fault group (default 8; mixed-fault only)",
     )
+    fed.add_argument("--groups", type=label_groups_option, help=f"{GROUPS_HELP} (label-groups)")
     fed.add_argument(
         "--window-length",
         type=whole(16),
@@ -205,7 +208,7 @@ def add_signals_commands(commands: Any) -> None:
         "--machine-spread",
         type=NON_NEGATIVE_NUMBER,
         default=VibrationSettings.machine_spread,
-        help="how much machines differ (default 0.25: nominally identical machines)",
+        help=MACHINE_SPREAD_HELP,
     )
     fed.add_argument(
         "--snr-db",
@@ -317,8 +320,18 @@ def build_mixed_fault(seed: int, clients_per_group: int, settings: VibrationSett
         )
 
 
+def build_scenario(args: argparse.Namespace, settings: VibrationSettings) -> Federation:
+    """The simulated federation ``signals federation`` was asked for."""
+    if args.scenario != "label-groups":
+        return build_mixed_fault(args.seed, args.clients_per_group or 8, settings)
+    total = sum(group.machines for group in args.groups)
+    with machine_progress(total) as advance:
+        return label_groups(args.seed, groups=args.groups, settings=settings, progress=advance)
+
+
 def run_federation(args: argparse.Namespace) -> int:
     """Handler of ``signals federation``."""
+    check_fleet_options(args.scenario, args.groups, args.clients_per_group)
     if args.manifest is not None:
         federation = manifest_federation(
             str(args.manifest),
@@ -331,6 +344,6 @@ def run_federation(args: argparse.Namespace) -> int:
         settings = VibrationSettings(
             window_length=args.window_length, machine_spread=args.machine_spread, snr_db=args.snr_db
         )
-        federation = build_mixed_fault(args.seed, args.clients_per_group, settings)
+        federation = build_scenario(args, settings)
     print(federation.summary())
     return 0

@@ -28,9 +28,14 @@ from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet_apps.cli.arguments import (
     FINITE_NUMBER,
     FRACTION,
+    GROUPS_HELP,
+    MACHINE_SPREAD_HELP,
+    NON_NEGATIVE_NUMBER,
     POSITIVE,
     POSITIVE_NUMBER,
     SEED,
+    check_fleet_options,
+    label_groups_option,
     output_folder,
 )
 from faultfleet_apps.cli.signals import machine_progress
@@ -43,6 +48,7 @@ from faultfleet_apps.simulation.runner import (
     RoundRecord,
     SimResult,
     build_federation,
+    machine_count,
     run_simulation,
 )
 from signal_pipeline.federation import Federation
@@ -93,8 +99,12 @@ def add_sim_command(commands: Any) -> None:
     sim.add_argument("--lr", type=POSITIVE_NUMBER, help="local learning rate")
     sim.add_argument("--optimizer", choices=("adam", "sgd"), help="local optimizer")
     sim.add_argument("--model", choices=MODEL_NAMES, help="model from the zoo")
-    sim.add_argument("--clients-per-group", type=POSITIVE, help="machines per fault group")
+    sim.add_argument(
+        "--clients-per-group", type=POSITIVE, help="machines per fault group (not label-groups)"
+    )
+    sim.add_argument("--groups", type=label_groups_option, help=f"{GROUPS_HELP} (label-groups)")
     sim.add_argument("--snr-db", type=FINITE_NUMBER, help="sensor signal-to-noise ratio, dB")
+    sim.add_argument("--machine-spread", type=NON_NEGATIVE_NUMBER, help=MACHINE_SPREAD_HELP)
     sim.add_argument(
         "--option",
         action="append",
@@ -180,6 +190,7 @@ def parse_member_round(text: str, option: str = "--join") -> tuple[str, int]:
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """The run's settings: the profile, then every option given."""
+    check_fleet_options(args.scenario, args.groups, args.clients_per_group)
     base = PROFILES[args.profile]
     train = base.train
     overrides = {
@@ -198,7 +209,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         fraction=args.fraction,
         model=args.model,
         clients_per_group=args.clients_per_group,
+        groups=args.groups,
         snr_db=args.snr_db,
+        machine_spread=args.machine_spread,
         eval_every=args.eval_every,
         device=args.device,
         train=train,
@@ -283,7 +296,7 @@ def run_sim(args: argparse.Namespace) -> int:
             f"--resume: {args.out / 'checkpoint'} holds no checkpoint to resume from; check "
             "--out, or run without --resume to start a new run"
         )
-    with machine_progress(config.clients_per_group * 6) as advance:
+    with machine_progress(machine_count(config)) as advance:
         federation = build_federation(config, progress=advance)
     output_folder(args.out)
     try:

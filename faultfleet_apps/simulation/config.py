@@ -8,6 +8,7 @@ two CPU cores, for trying things out and for ``make demo``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -15,9 +16,22 @@ from typing import Any
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.membership import Schedule, check_schedule
+from signal_pipeline.label_groups import (
+    LabelGroups,
+    check_label_groups,
+    format_label_groups,
+    parse_label_groups,
+)
 
-SCENARIOS = ("mixed-fault", "quality-skew", "quantity-skew", "overlapping-labels")
+LABEL_GROUPS = "label-groups"
+"""The scenario whose fleet is given group by group (:attr:`SimConfig.groups`)."""
+
+SCENARIOS = ("mixed-fault", "quality-skew", "quantity-skew", "overlapping-labels", LABEL_GROUPS)
 """Federations ``faultfleet sim --scenario`` can build (docs/simulator.md describes them)."""
+
+_OPTIONAL = ("groups", "machine_spread", "joins", "leaves")
+"""Fields :meth:`SimConfig.to_json` leaves out when unset, so documents written before they
+existed still match their settings."""
 
 IMAGE_PREFIX = "image:"
 """Scenarios of ``faultfleet bench`` (:mod:`faultfleet_apps.imagebench.suites`) start with this;
@@ -40,6 +54,13 @@ class SimConfig:
     windows_per_client: tuple[int, int] = (200, 600)
     snr_db: float | None = None
     """Sensor noise of the simulated machines; None keeps the scenario default."""
+    machine_spread: float | None = None
+    """How much the simulated machines differ (``VibrationSettings.machine_spread``); None
+    keeps the scenario default."""
+    groups: LabelGroups = ()
+    """The fleet of the ``label-groups`` scenario, group by group, machine counts included
+    (:mod:`signal_pipeline.label_groups`; ``clients_per_group`` does not apply to it);
+    empty for every other scenario."""
     eval_every: int = 1
     """Evaluate every client on its test split after every ``eval_every`` rounds (and last)."""
     device: str = "auto"
@@ -60,6 +81,7 @@ class SimConfig:
             raise UsageError(f"fraction must be in (0, 1], got {self.fraction}")
         if self.clients_per_group < 1:
             raise UsageError(f"clients_per_group must be >= 1, got {self.clients_per_group}")
+        self._check_fleet()
         if self.eval_every < 1:
             raise UsageError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -70,19 +92,38 @@ class SimConfig:
             entries: Schedule = getattr(self, name)
             object.__setattr__(self, name, tuple(sorted(entries, key=lambda e: (e[1], e[0]))))
 
+    def _check_fleet(self) -> None:
+        """The label-groups fleet and the machine spread, checked."""
+        if self.scenario == LABEL_GROUPS:
+            if not self.groups:
+                raise UsageError(
+                    "scenario label-groups needs its groups, e.g. --groups '0,1*8;2,3*8;4,8*6'"
+                )
+            object.__setattr__(self, "groups", check_label_groups(self.groups))
+        elif self.groups:
+            raise UsageError(
+                f"groups are given only with scenario label-groups, not {self.scenario!r}"
+            )
+        spread = self.machine_spread
+        if spread is not None and not (math.isfinite(spread) and spread >= 0):
+            raise UsageError(f"machine_spread must be a finite number >= 0, got {spread}")
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy (tuples become lists); :meth:`from_json` reads it back.
 
-        An empty ``joins`` or ``leaves`` is left out, so the document of a run without
-        membership changes is the one written before schedules existed (checkpoints and
-        results written then still match their settings).
+        ``groups`` is written as its text (``"0,1*8;2,3*8"``). Unset optional fields (an
+        empty ``groups``, ``joins`` or ``leaves``, no ``machine_spread``) are left out, so
+        the document of a run that does not use them is the one written before they
+        existed (checkpoints and results written then still match their settings).
         """
         data = asdict(self)
         data["windows_per_client"] = list(self.windows_per_client)
+        data["groups"] = format_label_groups(self.groups)
         for name in ("joins", "leaves"):
-            entries: Schedule = data.pop(name)
-            if entries:
-                data[name] = [[client, server_round] for client, server_round in entries]
+            data[name] = [[client, server_round] for client, server_round in data[name]]
+        for name in _OPTIONAL:
+            if data[name] in (None, "", []):
+                del data[name]
         return data
 
     @classmethod
@@ -95,6 +136,8 @@ class SimConfig:
             values["windows_per_client"] = (low, high)
         for name in ("joins", "leaves"):
             values[name] = tuple(tuple(entry) for entry in values.get(name, ()))
+        text = values.get("groups", "")
+        values["groups"] = parse_label_groups(text) if text else ()
         return cls(**values)
 
 

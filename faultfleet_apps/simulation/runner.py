@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from edge_agent.batching import select_device
 from faultfleet.errors import UsageError
 from faultfleet.models.zoo import build_model, model_factory
 from faultfleet.scoring import clustering_scores, mean_client_accuracy
-from faultfleet_apps.simulation.config import IMAGE_PREFIX, SimConfig
+from faultfleet_apps.simulation.config import IMAGE_PREFIX, LABEL_GROUPS, SimConfig
 from faultfleet_apps.simulation.fleet import InProcessFleet
 from faultfleet_apps.simulation.membership import (
     MembershipSchedule,
@@ -39,8 +39,9 @@ from faultfleet_apps.simulation.membership import (
 from faultfleet_apps.simulation.wire_codec import WeightCodec
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
-from signal_pipeline.overlap import overlapping_labels
-from signal_pipeline.scenarios import VibrationSettings, mixed_fault
+from signal_pipeline.label_groups import label_groups
+from signal_pipeline.overlap import OVERLAP_GROUPS, overlapping_labels
+from signal_pipeline.scenarios import MIXED_FAULT_GROUPS, VibrationSettings, mixed_fault
 
 logger = logging.getLogger(__name__)
 
@@ -155,18 +156,29 @@ def _finite(record: Mapping[str, Any]) -> dict[str, Any]:
 def build_federation(config: SimConfig, progress: ProgressCallback | None = None) -> Federation:
     """The federation ``config`` names, simulated from ``config.seed``.
 
-    Every scenario takes ``clients_per_group``, ``windows_per_client`` and ``snr_db``; the
-    asymmetric ones (``quality-skew``, ``quantity-skew``) keep their builders' defaults for
-    everything else (:mod:`signal_pipeline.asymmetric`).
+    Every scenario takes ``windows_per_client``, ``snr_db`` and ``machine_spread``, and all
+    but ``label-groups`` (whose ``groups`` give each group's size) take
+    ``clients_per_group``; the asymmetric ones (``quality-skew``, ``quantity-skew``) keep
+    their builders' defaults for everything else (:mod:`signal_pipeline.asymmetric`).
     """
     if config.scenario.startswith(IMAGE_PREFIX):
         raise UsageError(
             f"scenario {config.scenario!r} is built from an image dataset: run it with "
             "`faultfleet bench`, which builds the federation"
         )
-    settings = (
-        VibrationSettings() if config.snr_db is None else VibrationSettings(snr_db=config.snr_db)
-    )
+    settings = VibrationSettings()
+    if config.snr_db is not None:
+        settings = replace(settings, snr_db=config.snr_db)
+    if config.machine_spread is not None:
+        settings = replace(settings, machine_spread=config.machine_spread)
+    if config.scenario == LABEL_GROUPS:
+        return label_groups(
+            config.seed,
+            groups=config.groups,
+            windows_per_client=config.windows_per_client,
+            settings=settings,
+            progress=progress,
+        )
     builder = {
         "mixed-fault": mixed_fault,
         "quality-skew": quality_skew,
@@ -180,6 +192,14 @@ def build_federation(config: SimConfig, progress: ProgressCallback | None = None
         settings=settings,
         progress=progress,
     )
+
+
+def machine_count(config: SimConfig) -> int:
+    """How many machines :func:`build_federation` simulates for ``config`` (for progress)."""
+    if config.scenario == LABEL_GROUPS:
+        return sum(group.machines for group in config.groups)
+    groups = OVERLAP_GROUPS if config.scenario == "overlapping-labels" else MIXED_FAULT_GROUPS
+    return config.clients_per_group * len(groups)
 
 
 def make_engine(

@@ -153,6 +153,9 @@ def test_an_interrupted_bench_says_the_cells_are_kept(
         (["sim", "--out", "x", "--seed", "-1"], "argument --seed: must be a whole number >= 0"),
         (["sim", "--out", "x", "--threads", "0"], "argument --threads: must be a whole number"),
         (["sim", "--out", "x", "--eval-every", "0"], "argument --eval-every: must be a whole"),
+        (["sim", "--out", "x", "--machine-spread", "-1"], "argument --machine-spread: must be"),
+        (["sim", "--out", "x", "--groups", "0,1*0"], "argument --groups: group 0 ('0,1*0') has"),
+        (["sim", "--out", "x", "--groups", "0,1;2*3"], "argument --groups: group 0 ('0,1') has"),
         (["bench", "--suite", "tiny", "--out", "x", "--jobs", "0"], "argument --jobs"),
         (["bench", "--suite", "tiny", "--out", "x", "--seeds", "0", "-1"], "argument --seeds"),
         (["bench", "--suite", "tiny", "--out", "x", "--rounds", "0"], "argument --rounds"),
@@ -164,6 +167,7 @@ def test_an_interrupted_bench_says_the_cells_are_kept(
         (["signals", "inspect", "x.npz", "--band", "500,100"], "argument --band: band must be"),
         (["signals", "federation", "--window-length", "8"], "argument --window-length: must be"),
         (["signals", "federation", "--clients-per-group", "0"], "argument --clients-per-group"),
+        (["signals", "federation", "--groups", "0,25*2"], "argument --groups: group 0"),
         (["agent", "--config", "a.toml", "--machines", "5-3"], "argument --machines: '5-3'"),
     ],
 )

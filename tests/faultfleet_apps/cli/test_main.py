@@ -146,6 +146,22 @@ def test_federation_summarises_a_manifest(
     assert "m1" in out
 
 
+def test_federation_builds_a_label_groups_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = ["--scenario", "label-groups", "--groups", "0,19*2;4,8*1", "--window-length", "256"]
+
+    assert main(["signals", "federation", *fleet]) == 0
+    out = capsys.readouterr().out
+
+    assert "federation label-groups: 3 clients, 2 groups, 4 classes" in out
+
+
+def test_federation_refuses_groups_without_label_groups(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["signals", "federation", "--groups", "0,19*2"]) == 2
+    assert "--groups needs --scenario label-groups" in capsys.readouterr().err
+
+
 def test_federation_refuses_a_manifest_reaching_outside_its_folder_unless_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

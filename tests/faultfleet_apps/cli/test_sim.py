@@ -130,3 +130,47 @@ def test_a_bad_join_round_is_a_one_line_error(
     assert main(args) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "joins: 'm05' at round 9 is out of range; the round must be in [2, 2]" in error
+
+
+def test_a_label_groups_fleet_runs_with_its_ground_truth(tmp_path: Path) -> None:
+    # Prepare: groups of 2, 1 and 3 machines; label 12 in two groups
+    out = tmp_path / "fleet"
+    fleet = ["--scenario", "label-groups", "--groups", "0,12*2;5,6*1;12,18*3"]
+    small = ["--profile", "quick", "--rounds", "2", "--device", "cpu", "--compare", "none"]
+
+    # Execute
+    status = main(["sim", *fleet, *small, "--machine-spread", "0.5", "--out", str(out)])
+
+    # Assert
+    assert status == 0
+    document = json.loads((out / "results.json").read_text())
+    assert document["scenario"] == "label-groups"
+    assert document["config"]["groups"] == "0,12*2;5,6*1;12,18*3"
+    assert document["config"]["machine_spread"] == 0.5
+    assert document["true_groups"] == {
+        "m00": 0,
+        "m01": 0,
+        "m02": 1,
+        "m03": 2,
+        "m04": 2,
+        "m05": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "label-groups"], "--scenario label-groups needs --groups"),
+        (["--groups", "0,1*2"], "--groups needs --scenario label-groups"),
+        (
+            ["--scenario", "label-groups", "--groups", "0,1*2", "--clients-per-group", "2"],
+            "--clients-per-group does not apply to label-groups",
+        ),
+    ],
+)
+def test_fleet_options_that_do_not_fit_are_one_line_errors(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", *argv, "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists()
