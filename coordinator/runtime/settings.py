@@ -35,6 +35,7 @@ class RunSettings(BaseModel):
     sample_shape: tuple[Positive, ...] = (1, 1024)
     class_names: tuple[str, ...] = MIXED_FAULT_CLASS_NAMES
     rounds: Positive = 100
+    """Rounds of the first campaign, at the first start (``[campaigns] rounds``: the later)."""
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
     seed: int = 0
     min_agents: Positive = 2
