@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import TypeAdapter
 
-from edge_agent.labels_file import LabelRange, read_labels
+from edge_agent.labels_file import LabelRange, LabelsFileError, read_labels
 from edge_agent.source_types import WindowSource
 from edge_agent.window_store import WindowStore
 from faultfleet.clock import Clock
@@ -90,8 +90,9 @@ class LabelledData:
     Raises
     ------
     UsageError
-        At construction, when the source's data or the labels file cannot be read (the
-        agent does not start); later rescans log such problems and keep the data they had.
+        At construction, when the source's data cannot be read (the agent does not start).
+        A labels file that cannot be read is logged and left out until it can; later
+        rescans log any such problem and keep the data they had.
     """
 
     def __init__(
@@ -116,7 +117,12 @@ class LabelledData:
         self._key: object = None
         self._problem = ""
         self._active: ClientData | None
-        self._key, self._active = self._read()
+        try:
+            self._key, self._active = self._read()
+        except LabelsFileError as error:
+            logger.error("%s: %s; training without labelled live windows", agent_id, error)
+            self._problem = str(error)
+            self._key, self._active = self._read(labelled=False)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -211,11 +217,11 @@ class LabelledData:
             if self.rescan():
                 on_change()
 
-    def _read(self) -> tuple[object, ClientData | None]:
+    def _read(self, *, labelled: bool = True) -> tuple[object, ClientData | None]:
         """The inputs' fingerprint, and the data built from them if it differs from the last
-        (None when unchanged)."""
+        (None when unchanged); without ``labelled``, the labels file is left out."""
         base = self.source.training_data()
-        ranges = read_labels(self.labels_path)
+        ranges = read_labels(self.labels_path) if labelled else []
         spans = [(r.start, r.end) for r in ranges]
         key = (id(base), tuple(ranges), self.store.fingerprint(spans) if spans else ())
         if key == self._key:

@@ -222,3 +222,24 @@ def test_labels_are_added_to_the_sources_own_data(tmp_path: Path) -> None:
     assert (data.client_id, data.group) == ("m00", 3)
     assert labelled_windows(data) == 9 + 20
     assert data.train.y[:5].tolist() == [0] * 5
+
+
+def test_an_agent_starts_without_the_labels_of_a_broken_file_until_it_is_fixed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: a hand-edited labels file with a bad row
+    store = kept(tmp_path, range(50))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("start,end,label\n0,50,one\n", encoding="utf-8")
+
+    # Execute
+    with caplog.at_level(logging.ERROR):
+        data = LabelledData("m00", LiveOnly(), store, labels)
+    labels.write_text("start,end,label\n0,50,1\n", encoding="utf-8")
+    fixed = data.rescan()
+
+    # Assert: it started (diagnosis goes on), and the fixed file is read
+    assert data.active is None
+    assert "line 2" in caplog.text
+    assert fixed
+    assert labelled_windows(data.for_task()) == 50
