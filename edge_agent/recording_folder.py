@@ -17,6 +17,11 @@ One folder per agent, holding one machine::
   train | validation | test segments (0.7/0.15/0.15 by default) before windowing, as
   :func:`signal_pipeline.plant_federation.manifest_federation` does; classes are
   ``label 0`` … ``label <max label>``. Without a manifest the agent only diagnoses.
+* **New labels.** Rows appended to the manifest (or a manifest written later) are taken at
+  the next :meth:`RecordingFolderSource.training_data` call after the file changed (its
+  size or modification time): the agent calls it again between campaigns
+  (:mod:`edge_agent.labelled_data`), never during a task. A manifest that cannot be read
+  then raises; the agent logs it and keeps training on what it had.
 * **Diagnosis.** Drop recordings into ``incoming/`` in any format the readers support
   (``.npz``, ``.wav``, ``.csv``, ``.npy``, ``.mat``; files whose name starts with ``.`` are
   ignored). Each is read, windowed and streamed once, oldest first (by modification time,
@@ -138,12 +143,7 @@ class RecordingFolderSource:
                 raise UsageError(f"{name} must be a whole number of samples >= 1, got {value!r}")
         if fs_hz is not None and (not math.isfinite(fs_hz) or fs_hz <= 0):
             raise UsageError(f"fs_hz must be a positive number of Hz or None, got {fs_hz!r}")
-        manifests = [self.path / name for name in MANIFEST_NAMES if (self.path / name).is_file()]
-        if len(manifests) > 1:
-            raise UsageError(
-                f"{self.path} holds both {' and '.join(MANIFEST_NAMES)}; keep only one manifest"
-            )
-        self.manifest: Path | None = manifests[0] if manifests else None
+        self.manifest: Path | None = self._find_manifest()
         self.window_length = int(window_length)
         self.stride = int(stride) if stride is not None else self.window_length
         self.interval_s = check_interval("interval_s", interval_s)
@@ -162,6 +162,7 @@ class RecordingFolderSource:
         self.ledger_path = self.path / PROCESSED_FILE
         self._class_names = None if class_names is None else tuple(class_names)
         self._training: tuple[ClientData, tuple[str, ...]] | None = None
+        self._read_key: tuple[Path, int, int] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -169,15 +170,27 @@ class RecordingFolderSource:
         """``(1, window_length)``."""
         return (1, self.window_length)
 
+    def _find_manifest(self) -> Path | None:
+        manifests = [self.path / name for name in MANIFEST_NAMES if (self.path / name).is_file()]
+        if len(manifests) > 1:
+            raise UsageError(
+                f"{self.path} holds both {' and '.join(MANIFEST_NAMES)}; keep only one manifest"
+            )
+        return manifests[0] if manifests else None
+
     @property
     def class_names(self) -> tuple[str, ...]:
         """As given, else the manifest's (reads the training data), else empty."""
         if self._class_names is not None:
             return self._class_names
-        return () if self.manifest is None else self._load_training()[1]
+        loaded = self._load_training()
+        return () if loaded is None else loaded[1]
 
     def training_data(self) -> ClientData | None:
         """The manifest's recordings windowed and split in time; None without a manifest.
+
+        Read again when the manifest changed since the last call (rows appended, a manifest
+        added); the same object otherwise.
 
         Raises
         ------
@@ -185,12 +198,17 @@ class RecordingFolderSource:
             If the manifest or a recording cannot be read, a recording is too short, or
             the manifest lists more than one machine.
         """
-        return None if self.manifest is None else self._load_training()[0]
+        loaded = self._load_training()
+        return None if loaded is None else loaded[0]
 
-    def _load_training(self) -> tuple[ClientData, tuple[str, ...]]:
-        assert self.manifest is not None, "only called when the folder has a manifest"
+    def _load_training(self) -> tuple[ClientData, tuple[str, ...]] | None:
         with self._lock:
-            if self._training is None:
+            self.manifest = self._find_manifest()
+            if self.manifest is None:
+                return None
+            stat = self.manifest.stat()
+            key = (self.manifest, stat.st_size, stat.st_mtime_ns)
+            if self._training is None or key != self._read_key:
                 entries = load_manifest(
                     self.manifest, allow_outside_folder=self.manifest_outside_folder
                 )
@@ -211,6 +229,7 @@ class RecordingFolderSource:
                     allow_outside_folder=self.manifest_outside_folder,
                 )
                 self._training = (federation.clients[0], federation.class_names)
+                self._read_key = key
             return self._training
 
     def stream(self, stop: threading.Event) -> Iterator[Window]:

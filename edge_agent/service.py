@@ -14,7 +14,11 @@
   the publishing. Windows that arrive before the first model wait in a bounded backlog; a
   model swap never drops a window;
 * a heartbeat thread publishes the retained heartbeat (last seen, last diagnosis, fault
-  streak) every ``diagnosis.heartbeat_s`` (:class:`~edge_agent.activity.Activity`).
+  streak) every ``diagnosis.heartbeat_s`` (:class:`~edge_agent.activity.Activity`);
+* a labels thread looks for new labels every ``labels.rescan_s`` (rows appended to a
+  manifest, the labels file naming diagnosed windows kept in ``state_dir/windows``) and
+  republishes the status with the new labelled-window count; training takes the new data
+  at the first task of the next campaign (:mod:`edge_agent.labelled_data`).
 
 No message can stop these threads (:mod:`edge_agent.supervision`): every loop catches the
 exceptions of its iterations, counted per thread and logged once per kind, and a
@@ -27,6 +31,7 @@ The agent announces itself with a retained ``online`` status and leaves a retain
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -36,6 +41,7 @@ from edge_agent.activity import Activity
 from edge_agent.batching import select_device
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.inference import LoadedModel, ModelStore, OnnxDiagnoser
+from edge_agent.labelled_data import LabelledData
 from edge_agent.metrics import AgentMetrics
 from edge_agent.model_intake import ModelIntake, ModelRejectReason
 from edge_agent.model_updates import ModelUpdates
@@ -44,6 +50,7 @@ from edge_agent.sources import Window, WindowSource
 from edge_agent.supervision import AgentThread, ErrorReport, Supervisor
 from edge_agent.task_runner import TaskLimits, TaskRunner
 from edge_agent.task_worker import TaskWorker
+from edge_agent.window_store import WindowStore
 from faultfleet import __version__
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.wire.codec import RejectReason
@@ -93,13 +100,24 @@ class AgentService:
         self.clock = clock
         self.topics = Topics(settings.broker.topic_root)
         self.device = select_device(settings.device)
-        self.data = source.training_data()
+        self.windows = WindowStore(
+            settings.state_dir / "windows",
+            sample_size=math.prod(source.sample_shape),
+            max_bytes=settings.labels.keep_windows_bytes,
+        )
+        self.labelled = LabelledData(
+            self.agent_id,
+            source,
+            self.windows,
+            settings.labels_file,
+            split_seed=settings.labels.split_seed,
+        )
         self._run_model: tuple[str, ModelSpec] | None = None
         """Run id and architecture of the last model loaded: tasks of that run must use it."""
         limits = settings.tasks
         self.runner = TaskRunner(
             self.agent_id,
-            self.data,
+            self.labelled.active,
             self.device,
             max_payload_bytes=settings.broker.max_payload_bytes,
             compute_lock=compute_lock,
@@ -110,6 +128,7 @@ class AgentService:
                 max_cached_models=limits.max_cached_models,
             ),
             run_model=lambda: self._run_model,
+            data_for_task=self.labelled.for_task,
         )
         self.errors = ErrorReport(self.agent_id, self.metrics.thread_error)
         self.diagnoser = OnnxDiagnoser(source.sample_shape)
@@ -165,6 +184,7 @@ class AgentService:
             now=clock.time,
         )
         self.connection.route(self.topics.assignment(self.agent_id), self.models.on_assignment)
+        self.connection.route(self.topics.coordinator_status(), self.labelled.on_coordinator_status)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -178,6 +198,7 @@ class AgentService:
         supervisor.start(AgentThread.MODELS, self._load_models)
         if self.settings.diagnosis.heartbeat_s > 0:  # 0: heartbeats switched off
             supervisor.start(AgentThread.HEARTBEAT, self._heartbeat)
+        supervisor.start(AgentThread.LABELS, self._rescan_labels)
         try:
             supervisor.watch()
         finally:
@@ -187,6 +208,7 @@ class AgentService:
             )
             try:
                 self.log.close()
+                self.windows.close()
             except OSError as error:  # the last lines could not be flushed: a full disk
                 logger.warning("%s: closing the diagnosis log: %s", self.agent_id, error)
 
@@ -219,12 +241,14 @@ class AgentService:
 
     def _status(self, state: str) -> bytes:
         active = self.diagnoser.active
+        data, newest = self.labelled.active, self.labelled.newest
         status = AgentStatus(
             agent_id=self.agent_id,
             state="online" if state == "online" else "offline",
             timestamp=self.clock.time(),
-            can_train=self.data is not None and len(self.data.train) > 0,
-            num_train_samples=len(self.data.train) if self.data is not None else 0,
+            can_train=newest is not None and len(newest.train) > 0,
+            num_train_samples=len(data.train) if data is not None else 0,
+            labelled_windows=self.labelled.labelled_windows,
             device=str(self.device),
             model_version=active.version if active else None,
             software_version=__version__,
@@ -261,6 +285,20 @@ class AgentService:
             self.models.run(stop)
         except Exception as error:  # the supervisor starts the loader again
             self.errors(AgentThread.MODELS, error)
+
+    def _rescan_labels(self, stop: threading.Event) -> None:
+        """The labels thread: rescans until ``stop``; a change republishes the status."""
+        self.labelled.run(
+            stop,
+            interval_s=self.settings.labels.rescan_s,
+            clock=self.clock,
+            on_change=self._republish_status,
+        )
+
+    def _republish_status(self) -> None:
+        self.connection.publish(
+            self.topics.agent_status(self.agent_id), self._status("online"), retain=True
+        )
 
     def _heartbeat(self, stop: threading.Event) -> None:
         """The heartbeat thread: :meth:`~edge_agent.activity.Activity.run` until ``stop``."""
@@ -313,6 +351,7 @@ class AgentService:
             origin=window.origin,
         )
         self.windows_diagnosed += 1
+        self.windows.keep(window.samples, window.timestamp)
         self.metrics.observe_diagnoses([class_id], latency)
         self.activity.observe(diagnosis)
         if self.settings.diagnosis.publish:

@@ -95,6 +95,27 @@ class TaskSettings(BaseModel):
     (the skew is always on ``faultfleet_clock_skew_seconds``)."""
 
 
+class LabelsSettings(BaseModel):
+    """Labelling live windows after the fact, and how often new labels are looked for.
+
+    See :mod:`edge_agent.labelled_data` and docs/runtime.md, "New labels".
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: Path | None = None
+    """The labels file (time ranges and their label, ``faultfleet label`` appends to it);
+    unset: ``state_dir/labels.csv``."""
+    keep_windows_bytes: Annotated[int, Field(ge=0)] = 100_000_000
+    """Disk kept for the diagnosed live windows, bytes (``state_dir/windows/``; about 24,000
+    windows of 1024 samples per 100 MB, the newest kept); 0 keeps none, and then the labels
+    file labels nothing."""
+    rescan_s: Annotated[float, Field(gt=0)] = 60.0
+    """Seconds between two looks at the labels file and the manifest (rows appended)."""
+    split_seed: int = 0
+    """Seeds the train/validation/test split of labelled live windows."""
+
+
 class SigningSettings(BaseModel):
     """The coordinator keys whose signed models and assignments the agent accepts."""
 
@@ -127,7 +148,13 @@ class AgentSettings(FileSettings):
     source: SourceSettings = SourceSettings()
     diagnosis: DiagnosisSettings = DiagnosisSettings()
     tasks: TaskSettings = TaskSettings()
+    labels: LabelsSettings = LabelsSettings()
     signing: SigningSettings = SigningSettings()
+
+    @property
+    def labels_file(self) -> Path:
+        """``labels.file``, else ``state_dir/labels.csv``."""
+        return self.labels.file if self.labels.file is not None else self.state_dir / "labels.csv"
 
     @model_validator(mode="after")
     def _trusts_a_key(self) -> AgentSettings:

@@ -36,6 +36,8 @@ class AgentThread(StrEnum):
     """The loader swapping in the assigned model."""
     HEARTBEAT = "heartbeat"
     """The retained heartbeat (:class:`~edge_agent.activity.Activity`)."""
+    LABELS = "labels"
+    """The rescans of new labels (:class:`~edge_agent.labelled_data.LabelledData`)."""
     HANDLER = "handler"
     """A message handler on the MQTT network thread."""
 

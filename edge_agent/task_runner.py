@@ -96,6 +96,10 @@ class TaskRunner:
     run_model : callable, optional
         The (run id, model spec) of the model the agent follows, or None before it has one:
         a task of that run must name that model.
+    data_for_task : callable, optional
+        Called as each task starts: the data for that task (newly labelled data joins
+        between tasks, never during one; :mod:`edge_agent.labelled_data`). Without it the
+        runner keeps ``data``.
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class TaskRunner:
         clock: Clock = SYSTEM_CLOCK,
         limits: TaskLimits | None = None,
         run_model: Callable[[], tuple[str, ModelSpec] | None] | None = None,
+        data_for_task: Callable[[], ClientData | None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.data = data
@@ -118,6 +123,7 @@ class TaskRunner:
         self.clock = clock
         self.limits = limits or TaskLimits()
         self.run_model = run_model
+        self.data_for_task = data_for_task
         self._models: OrderedDict[ModelSpec, tuple[nn.Module, int]] = OrderedDict()
         self._failures_logged: set[str] = set()
 
@@ -137,6 +143,8 @@ class TaskRunner:
         ``received_s`` is the clock's monotonic time when the frame arrived (now by default);
         the task's ``deadline_s`` counts from it.
         """
+        if self.data_for_task is not None:
+            self.data = self.data_for_task()
         waited_s = 0.0 if received_s is None else self.clock.monotonic() - received_s
         if waited_s > task.deadline_s:
             return self.failed(

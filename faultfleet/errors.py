@@ -15,6 +15,10 @@
     │   │                          (coordinator.runtime.checkpoint)
     │   ├── RegistryError          a model registry file that is missing or corrupt; also
     │   │                          RuntimeError (coordinator.adapters.model_registry)
+    │   ├── CampaignStoreError     a campaign file that is unreadable; also RuntimeError
+    │   │                          (coordinator.adapters.campaign_store)
+    │   ├── LabelsFileError        a labels file row or a time that cannot be read
+    │   │                          (edge_agent.labels_file)
     │   ├── RetireError            the broker is unreachable or the agent still runs; also
     │   │                          RuntimeError (edge_agent.retire)
     │   ├── StatusError            ``faultfleet status`` cannot read the fleet from the broker

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from coordinator.engine.campaigns import CampaignTrigger, ServicePhase
 from coordinator.engine.promotion import Decision
 from faultfleet.metrics_http import register_standard_metrics
 from faultfleet.wire.codec import RejectReason
@@ -179,6 +180,7 @@ class CoordinatorMetrics:
         self._accuracy_clusters: set[str] = set()
         self._version_clusters: set[str] = set()
         self._add_fleet_health(reg)
+        self._add_campaigns(reg)
 
     def _add_fleet_health(self, reg: CollectorRegistry) -> None:
         """Agents by state, rounds without quorum, standard metrics."""
@@ -198,6 +200,48 @@ class CoordinatorMetrics:
         for state in AGENT_STATES:
             self.agents_by_state.labels(state=state).set(0)
         self.build_info = register_standard_metrics(reg)
+
+    def _add_campaigns(self, reg: CollectorRegistry) -> None:
+        """What the service does (a campaign or idle), campaigns by trigger, new labels."""
+        self.campaign_state = Gauge(
+            "faultfleet_campaign_state",
+            "1 for what the coordinator does now: running a training campaign, or idle "
+            "between campaigns (serving models); 0 for the other.",
+            ["state"],
+            registry=reg,
+        )
+        self.campaigns = Counter(
+            "faultfleet_campaigns",
+            "Training campaigns started, by what started them: the first start, the schedule, "
+            "newly labelled windows or an operator's command.",
+            ["trigger"],
+            registry=reg,
+        )
+        self.new_labelled_windows = Gauge(
+            "faultfleet_new_labelled_windows",
+            "Labelled windows the agents reported beyond their counts when the last campaign "
+            "started (summed over agents).",
+            registry=reg,
+        )
+        for trigger in CampaignTrigger:
+            self.campaigns.labels(trigger=trigger.value)
+        self.set_phase(ServicePhase.IDLE)
+
+    def set_phase(self, phase: ServicePhase) -> None:
+        """Record whether a campaign runs (one state 1, the others 0)."""
+        current = ServicePhase(phase)
+        for state in ServicePhase:
+            self.campaign_state.labels(state=state.value).set(1 if state is current else 0)
+
+    def count_campaign(self, trigger: CampaignTrigger) -> None:
+        """Count one campaign started by ``trigger``."""
+        self.campaigns.labels(trigger=CampaignTrigger(trigger).value).inc()
+
+    def set_new_labelled_windows(self, windows: int) -> None:
+        """Set the labelled windows that are new since the last campaign started."""
+        if windows < 0:
+            raise ValueError(f"new labelled windows {windows} must be >= 0")
+        self.new_labelled_windows.set(windows)
 
     def observe_round(self, duration_s: float, server_round: int) -> None:
         """Count a completed round and record how long it took.

@@ -36,6 +36,7 @@ from coordinator.adapters.publisher import ModelPublisher, cluster_id
 from coordinator.engine.promotion import Decision, GateFigures, decide
 from faultfleet.tasks import EvaluateResult, EvaluateTask, Split
 from faultfleet.types import FloatArray
+from faultfleet.wire.campaign_messages import PromotionNote
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,13 @@ class ModelPromotion:
         Versions kept per cluster (serving and restored-from versions always are).
     clock : callable
         Unix time, seconds.
+
+    Attributes
+    ----------
+    campaign_id : str or None
+        The running campaign: recorded in every version it makes.
+    decisions : list of PromotionNote
+        The decisions of the last :meth:`publish` or :meth:`apply_requests`.
     """
 
     def __init__(
@@ -76,6 +84,8 @@ class ModelPromotion:
         self.margin = margin
         self.keep_versions = keep_versions
         self.clock = clock
+        self.campaign_id: str | None = None
+        self.decisions: list[PromotionNote] = []
 
     def next_version(self, at_least: int) -> int:
         """A version number above every registered one and above ``at_least``."""
@@ -107,6 +117,7 @@ class ModelPromotion:
         int
             Bytes published.
         """
+        self.decisions = []
         members: dict[str, list[str]] = {}
         for agent, key in sorted(serving.items()):
             members.setdefault(key, []).append(agent)
@@ -130,6 +141,7 @@ class ModelPromotion:
                 size_bytes=len(exported.onnx_bytes),
                 parent_version=entry.version if entry else None,
                 run_id=self.publisher.run_id,
+                campaign_id=self.campaign_id,
                 server_round=server_round,
                 created_at=self.clock(),
                 members=tuple(members[key]),
@@ -139,6 +151,7 @@ class ModelPromotion:
                 gate=GateRecord(**{**asdict(gate), "decision": gate.decision.value}),
             )
             self.registry.add(record, exported.onnx_bytes, models[key])
+            self.decisions.append(promotion_note(record))
             self.metrics.count_promotion(gate.decision)
             logger.info("cluster %s v%d %s: %s", cid, version, gate.decision.value, gate.reason)
             if gate.decision is Decision.PROMOTED:
@@ -252,6 +265,7 @@ class ModelPromotion:
         A request that cannot be applied (unknown version, corrupt record) is logged with
         the reason and dropped; the serving versions stay as they were.
         """
+        self.decisions = []
         last: int | None = None
         for cid, request in self.registry.pending().items():
             try:
@@ -289,6 +303,7 @@ class ModelPromotion:
             }
         )
         self.registry.add(record, onnx_bytes, self.registry.weights(cid, target))
+        self.decisions.append(promotion_note(record))
         self.metrics.count_promotion(Decision.ROLLBACK)
         sent = self._announce(record, onnx_bytes)
         clusters[cid] = ServingEntry(version=new, pinned=action == "pin")
@@ -296,3 +311,18 @@ class ModelPromotion:
         self.metrics.payload_sent_bytes.inc(sent)
         logger.info("cluster %s: v%d publishes v%d again (%s)", cid, new, target, action)
         return new
+
+
+def promotion_note(record: ModelRecord) -> PromotionNote:
+    """The decision about ``record`` as the coordinator's status reports it."""
+    gate = record.gate
+    return PromotionNote(
+        cluster_id=record.cluster_id,
+        version=record.version,
+        decision=gate.decision,
+        candidate_accuracy=gate.candidate_accuracy,
+        serving_accuracy=gate.serving_accuracy,
+        campaign_id=record.campaign_id,
+        server_round=record.server_round,
+        created_at=record.created_at,
+    )

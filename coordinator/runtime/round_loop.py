@@ -1,17 +1,21 @@
-"""The rounds of a coordinator run, once the service has set it up.
+"""The rounds of a campaign, once the service has set the run up.
 
-:class:`RoundLoop` runs rounds from the engine's current one to ``run.rounds``. Per round:
+:class:`RoundLoop` runs rounds from the engine's current one to the campaign's last
+(``end_round``, :mod:`coordinator.runtime.campaigns`). Per round:
 let agents join and leave the federation (strategies that allow it,
 :mod:`coordinator.runtime.membership`), fix the available agents, run the round through the
 :class:`~coordinator.adapters.mqtt_fleet.MqttFleet`, save the whole state (atomically,
 :mod:`coordinator.runtime.checkpoint`), update the metrics; evaluate every ``eval_every`` rounds;
-export and publish the cluster models every ``publish_every`` rounds and after the last
-(:mod:`coordinator.runtime.serving`); judge the clustering without ground truth
-(:mod:`coordinator.runtime.quality_watch`).
+export and publish the cluster models every ``publish_every`` rounds and after the
+campaign's last (:mod:`coordinator.runtime.serving`); judge the clustering without ground
+truth (:mod:`coordinator.runtime.quality_watch`).
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``; a
 round interrupted by a stop is rolled back and left to the journal, so that a restarted
-service replays it.
+service replays it. Before each round the loop calls :attr:`RoundHooks.between_rounds`
+(the campaign runner serves newcomers and reads the operators' requests there); a False
+answer ends the campaign before that round, and :meth:`RoundLoop.publish_last` publishes
+the last round's models if that round did not.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
@@ -52,8 +56,32 @@ class LiveRun:
     promotion: ModelPromotion
 
 
+def _go_on() -> bool:
+    return True
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass
+class RoundHooks:
+    """What the campaign runner does around the rounds of a campaign.
+
+    Attributes
+    ----------
+    between_rounds : callable
+        Called before every round (and every retry); False ends the campaign before it.
+    after_round : callable
+        Called after a round's models were handled, before its checkpoint and status.
+    """
+
+    between_rounds: Callable[[], bool] = field(default=_go_on)
+    after_round: Callable[[], None] = field(default=_nothing)
+
+
 class RoundLoop:
-    """Runs the rounds of a set-up run until the last one or until stopped.
+    """Runs the rounds of a set-up run, one campaign at a time, until its last or a stop.
 
     Parameters
     ----------
@@ -94,19 +122,33 @@ class RoundLoop:
         self.publish_status = publish_status
         self.quality = QualityWatch(metrics)
         self.serving = ModelServing(live.engine, live.fleet, live.promotion, live.summary, metrics)
+        self.end_round = run.rounds
+        self.hooks = RoundHooks()
+        self._published_round = -1
+        self._watching = False
+        self._replay = True
 
-    def train(self, stop: threading.Event) -> None:
-        """Run rounds until ``run.rounds`` or until ``stop`` is set; write the summary."""
+    def train(
+        self, stop: threading.Event, *, end_round: int, hooks: RoundHooks | None = None
+    ) -> bool:
+        """Run rounds until ``end_round`` or until ``stop`` is set; write the summary.
+
+        Returns
+        -------
+        bool
+            True when :attr:`RoundHooks.between_rounds` ended the campaign early.
+        """
         live = self.live
         run = self.run
-
-        def abort_on_stop() -> None:
-            stop.wait()
-            live.fleet.abort()
-
-        threading.Thread(target=abort_on_stop, name="stop-watcher", daemon=True).start()
-        replay = True
-        while live.engine.server_round < run.rounds and not stop.is_set():
+        self.end_round = end_round
+        self.hooks = hooks or RoundHooks()
+        self._watch(stop)
+        ended_early = False
+        while live.engine.server_round < end_round and not stop.is_set():
+            if not self.hooks.between_rounds():
+                ended_early = True
+                break
+            replay = self._replay
             server_round = live.engine.server_round + 1
             if not (replay and live.fleet.journal.replay_available(server_round)):
                 self._sync_membership()
@@ -123,7 +165,7 @@ class RoundLoop:
                     max(1.0, run.retry_wait_s),
                 )
                 continue
-            replay = False
+            self._replay = False
             snapshot = live.engine.state()
             started = time.monotonic()
             try:
@@ -140,8 +182,38 @@ class RoundLoop:
                 live.engine.restore(snapshot)
                 logger.info("stopped during round %d; its accepted updates are kept", server_round)
                 break
-        live.summary.finished = live.engine.server_round >= run.rounds
         self.checkpoint.write_summary(live.summary)
+        return ended_early
+
+    def _watch(self, stop: threading.Event) -> None:
+        """Abort the round in progress once ``stop`` is set (one watcher per loop)."""
+        if self._watching:
+            return
+        self._watching = True
+        fleet = self.live.fleet
+
+        def abort_on_stop() -> None:
+            stop.wait()
+            fleet.abort()
+
+        threading.Thread(target=abort_on_stop, name="stop-watcher", daemon=True).start()
+
+    def publish_last(self) -> None:
+        """Evaluate and publish the last round's models if that round did not (a campaign
+        ended early); nothing before the first round."""
+        server_round = self.live.engine.server_round
+        if server_round in (0, self._published_round):
+            return
+        self.serving.evaluate()
+        self.serving.update_clusters()
+        self.serving.publish(server_round)
+        self._published_round = server_round
+        self._save()
+        self.publish_status("online")
+
+    def save(self) -> None:
+        """Checkpoint the engine with the service's section, then ``summary.json``."""
+        self._save()
 
     def _save(self) -> None:
         self.checkpoint.save(self.live.engine, self.live.summary, self.live.publisher)
@@ -166,7 +238,7 @@ class RoundLoop:
         run = self.run
         server_round = report.server_round
         self.metrics.observe_round(duration_s, server_round)
-        last = server_round >= run.rounds
+        last = server_round >= self.end_round
         live.summary.server_round = server_round
         if server_round % run.eval_every == 0 or last:
             self.serving.evaluate()
@@ -174,14 +246,16 @@ class RoundLoop:
         self.quality.observe(live.engine.strategy, server_round, live.summary)
         if server_round % run.publish_every == 0 or last:
             self.serving.publish(server_round, report.train_loss)
+            self._published_round = server_round
         self.serving.apply_requests()
+        self.hooks.after_round()
         self._save()
         live.fleet.end_round()
         self.publish_status("online")
         logger.info(
             "round %d/%d: %d of %d answered, %d cluster(s), %.1f s",
             server_round,
-            run.rounds,
+            self.end_round,
             len(report.answered),
             len(report.sampled),
             len(live.summary.clusters),

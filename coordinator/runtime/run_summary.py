@@ -19,6 +19,7 @@ class RunSummary:
     strategy: str
     server_round: int = 0
     rounds: int = 0
+    """The last round of the running campaign (or of the last one)."""
     agents: list[str] = field(default_factory=list)
     clusters: dict[str, list[str]] = field(default_factory=dict)
     accuracy_by_agent: dict[str, float] = field(default_factory=dict)
@@ -27,9 +28,16 @@ class RunSummary:
     model_version: int = 0
     rounds_retried: int = 0
     finished: bool = False
+    """No campaign runs: the last one ended (the first after ``run.rounds`` rounds)."""
     cluster_quality: dict[str, Any] = field(default_factory=dict)
     """The strategy's clustering judged without ground truth after the last round
     (:meth:`coordinator.strategies.quality.RunQuality.to_json`); empty before round 1."""
+    campaign: dict[str, Any] | None = None
+    """The running campaign or the last one, as the coordinator's status reports it
+    (:class:`faultfleet.wire.campaign_messages.CampaignNote`); None before the first."""
+    recent_promotions: list[dict[str, Any]] = field(default_factory=list)
+    """The newest decisions about cluster model versions, oldest first
+    (:class:`faultfleet.wire.campaign_messages.PromotionNote`)."""
 
 
 def load_summary(state_dir: Path) -> dict[str, Any] | None:

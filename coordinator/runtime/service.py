@@ -6,14 +6,17 @@ strategy) and runs the loop:
 
 1. wait until ``run.min_agents`` agents that can train are online; they are the federation
    (after a restart: the federation saved in the state, :mod:`coordinator.runtime.checkpoint`);
-2. run the rounds (:class:`~coordinator.runtime.round_loop.RoundLoop`): per round, let agents join
+2. train in campaigns (:class:`~coordinator.runtime.campaigns.CampaignRunner`): the first at
+   the first start (``run.rounds`` rounds), the next ones on a schedule, when the agents
+   report enough newly labelled windows, or on an operator's command. A campaign runs its
+   rounds (:class:`~coordinator.runtime.round_loop.RoundLoop`): per round, let agents join
    and leave the federation, run the round through :class:`MqttFleet`, save the whole
    state to ``state_dir``, update the metrics; evaluate every ``eval_every`` rounds; export
-   register the cluster models every ``publish_every`` rounds and after the last, and
+   and register the cluster models every ``publish_every`` rounds and after the last, and
    publish those the promotion gate passes (:mod:`coordinator.runtime.serving`,
    :mod:`coordinator.runtime.promotion`);
-3. keep serving (presence, metrics, retained models) until stopped, publishing the pins and
-   rollbacks operators ask for (``faultfleet models``).
+3. between campaigns keep serving (presence, metrics, retained models) until stopped,
+   publishing the pins and rollbacks operators ask for (``faultfleet models``).
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``.
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
+from coordinator.adapters.campaign_store import CampaignStore
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.model_registry import ModelRegistry
@@ -36,6 +40,8 @@ from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.publisher import ModelPublisher
 from coordinator.engine.rounds import RoundEngine
+from coordinator.runtime.campaign_book import CampaignBook, LabelledCounts
+from coordinator.runtime.campaigns import CampaignRunner
 from coordinator.runtime.checkpoint import SavedRun, ServiceCheckpoint
 from coordinator.runtime.membership import MembershipSync
 from coordinator.runtime.promotion import ModelPromotion
@@ -46,6 +52,7 @@ from coordinator.strategies.registry import make_strategy
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.models.weights import parameter_count
 from faultfleet.models.zoo import build_model, model_factory
+from faultfleet.wire.campaign_messages import CampaignNote, PromotionNote
 from faultfleet.wire.codec import RejectReason, WireError, parse_envelope
 from faultfleet.wire.messages import AgentStatus, CoordinatorStatus, ModelSpec
 from faultfleet.wire.mqtt import MqttConnection, Will
@@ -125,6 +132,13 @@ class CoordinatorService:
         self.publisher: ModelPublisher | None = None
         self.summary: RunSummary | None = None
         self.registry = AgentRegistry(on_offline=self._agent_offline)
+        self.labelled = LabelledCounts()
+        self.campaigns = CampaignBook(
+            CampaignStore(self.state_dir / "campaigns"),
+            settings.campaigns,
+            first_rounds=run.rounds,
+            clock=clock,
+        )
         self._membership = MembershipSync(self.registry, self.metrics)
         will = CoordinatorStatus(state="offline").model_dump_json().encode()
         self.connection = MqttConnection(
@@ -157,6 +171,7 @@ class CoordinatorService:
             logger.warning("ignoring status of %s published on %s", status.agent_id, topic)
             return
         self.registry.update(status)
+        self.labelled.update(status)
         self.metrics.set_agents(
             online=len(self.registry.online()),
             registered=len(self.registry.all()),
@@ -182,6 +197,13 @@ class CoordinatorService:
             server_round=summary.server_round if summary else 0,
             strategy=self.settings.run.strategy,
             timestamp=self.clock(),
+            campaign=None
+            if summary is None or summary.campaign is None
+            else CampaignNote.model_validate(summary.campaign),
+            recent_promotions=tuple(
+                PromotionNote.model_validate(p)
+                for p in (summary.recent_promotions if summary else [])
+            ),
         )
         return status.model_dump_json().encode()
 
@@ -197,14 +219,9 @@ class CoordinatorService:
         try:
             if not self._setup(stop):
                 return self.summary
-            loop = self._train(stop)
-            if self.summary is not None and self.summary.finished and not exit_when_done:
-                logger.info("training finished; serving models until stopped")
-                while not stop.wait(self.settings.models.request_poll_s):
-                    version = self.summary.model_version
-                    loop.serving.apply_requests()
-                    if self.summary.model_version != version:
-                        self.checkpoint.write_summary(self.summary)
+            runner = self._runner()
+            runner.start()
+            runner.serve(stop, exit_when_done=exit_when_done)
             return self.summary
         finally:
             self.connection.stop(
@@ -318,7 +335,7 @@ class CoordinatorService:
         why = f": {failure.kind}, {failure.detail}" if failure is not None else ""
         return f" (not connected to broker {connection.broker_address}{why})"
 
-    def _train(self, stop: threading.Event) -> RoundLoop:
+    def _runner(self) -> CampaignRunner:
         loop = RoundLoop(
             self._parts(),
             self.settings.run,
@@ -330,5 +347,18 @@ class CoordinatorService:
             topics=self.topics,
             publish_status=self._publish_status,
         )
-        loop.train(stop)
-        return loop
+        return CampaignRunner(
+            loop,
+            self.campaigns,
+            self.labelled,
+            self.settings.run,
+            self.metrics,
+            poll_s=self.settings.models.request_poll_s,
+            publish_status=self._publish_status,
+            serve_newcomers=self.serve_newcomers,
+            clock=self.round_clock,
+        )
+
+    def serve_newcomers(self) -> None:
+        """Between campaigns and before every round: serve agents that joined (a hook;
+        nothing yet: a newcomer is served by its strategy's membership rules)."""

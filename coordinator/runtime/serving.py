@@ -23,6 +23,7 @@ from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.run_summary import RunSummary
 from faultfleet.scoring import mean_client_accuracy
 from faultfleet.tasks import Split
+from faultfleet.wire.campaign_messages import MAX_RECENT_PROMOTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class ModelServing:
                 error,
             )
             return
+        finally:
+            self._remember()
         self.summary.model_version = version
 
     def apply_requests(self) -> None:
@@ -128,5 +131,15 @@ class ModelServing:
         except RegistryError as error:
             logger.error("pins and rollbacks not applied: %s", error)
             return
+        finally:
+            self._remember()
         if version is not None:
             self.summary.model_version = version
+
+    def _remember(self) -> None:
+        """The promotion's last decisions into the summary's recent promotions."""
+        notes = [note.model_dump(mode="json") for note in self.promotion.decisions]
+        if notes:
+            recent = [*self.summary.recent_promotions, *notes]
+            self.summary.recent_promotions = recent[-MAX_RECENT_PROMOTIONS:]
+        self.promotion.decisions = []

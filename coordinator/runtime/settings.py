@@ -6,6 +6,7 @@ with a double underscore: ``FAULTFLEET_COORDINATOR_RUN__ROUNDS=20``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,6 +35,7 @@ class RunSettings(BaseModel):
     sample_shape: tuple[Positive, ...] = (1, 1024)
     class_names: tuple[str, ...] = MIXED_FAULT_CLASS_NAMES
     rounds: Positive = 100
+    """Rounds of the first campaign, at the first start (``[campaigns] rounds``: the later)."""
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
     seed: int = 0
     min_agents: Positive = 2
@@ -105,7 +107,65 @@ class ModelsSettings(BaseModel):
     keep_versions: Positive = 20
     """Versions kept per cluster; serving, pinned and restored-from versions always are."""
     request_poll_s: Annotated[float, Field(gt=0)] = 5.0
-    """How often a coordinator serving between runs looks for pins and rollbacks."""
+    """How often a coordinator between campaigns looks for pins, rollbacks, campaign
+    requests, the schedule and new labelled windows, seconds."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|min|h|d|w)?\s*$")
+_UNIT_S = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+
+
+def parse_duration(value: str | float) -> float:
+    """Seconds from ``"90s"``, ``"30min"``, ``"12h"``, ``"7d"``, ``"2w"`` or a number of seconds.
+
+    Raises
+    ------
+    ValueError
+        Not a positive duration; the message shows the forms accepted.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value)
+        if match is None:
+            raise ValueError(
+                f'{value!r} is not a duration; write e.g. "7d", "12h", "30min", "90s" or a '
+                "number of seconds"
+            )
+        seconds = float(match[1]) * _UNIT_S[match[2] or "s"]
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{value!r}: a duration must be above 0 seconds")
+    return seconds
+
+
+class CampaignSettings(BaseModel):
+    """When training campaigns start after the first (docs/runtime.md, "Campaigns")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    every: str | float = ""
+    """Start a campaign this long after the last one started (``"7d"``, ``"12h"``, seconds);
+    empty: no schedule."""
+    min_new_labelled_windows: Annotated[int, Field(ge=0)] = 500
+    """Start a campaign once the agents report this many labelled windows more than when the
+    last one started (summed over agents); 0: new labels start none."""
+    rounds: Positive | None = None
+    """Rounds of each campaign after the first (which runs ``run.rounds``); unset:
+    ``run.rounds``."""
+
+    @field_validator("every")
+    @classmethod
+    def _a_duration(cls, value: str | float) -> str | float:
+        if value != "":
+            parse_duration(value)
+        return value
+
+    @property
+    def every_s(self) -> float | None:
+        """The schedule's period in seconds; None without a schedule."""
+        return None if self.every == "" else parse_duration(self.every)
 
 
 class SigningSettings(BaseModel):
@@ -133,6 +193,7 @@ class CoordinatorSettings(FileSettings):
     wire: TensorEncoding = TensorEncoding()
     signing: SigningSettings = SigningSettings()
     models: ModelsSettings = ModelsSettings()
+    campaigns: CampaignSettings = CampaignSettings()
 
     @model_validator(mode="after")
     def _quorum_reachable(self) -> CoordinatorSettings:

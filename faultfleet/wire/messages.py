@@ -1,4 +1,4 @@
-"""Message envelopes of the wire protocol (schema version 4).
+"""Message envelopes of the wire protocol (schema version 5).
 
 Every message is a pydantic model with ``extra="forbid"``, ``frozen=True``, a
 ``schema_version`` and a ``kind`` that tells the variants apart. Presence, assignments and
@@ -12,7 +12,9 @@ proximal terms to fit tasks and the probe tasks (losses, gradient) with their an
 version 3 signs the cluster models and assignments: both travel inside a
 :class:`SignedMessage` (:mod:`faultfleet.wire.signing`); version 4 gives tasks their
 deadline as a duration (``deadline_s``) and the coordinator's clock at sending
-(``issued_at``) instead of an instant, so an agent whose clock is off still meets it.
+(``issued_at``) instead of an instant, so an agent whose clock is off still meets it;
+version 5 adds the labelled windows to the agents' status and the training campaign and
+recent promotions to the coordinator's (:mod:`faultfleet.wire.campaign_messages`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from faultfleet.tasks import ModelPart, Split, TrainConfig
+from faultfleet.wire.campaign_messages import MAX_RECENT_PROMOTIONS, CampaignNote, PromotionNote
 from faultfleet.wire.topics import NAME_PATTERN
 
-SCHEMA_VERSION: Literal[4] = 4
+SCHEMA_VERSION: Literal[5] = 5
 
 Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
 """An agent or cluster id: usable as one topic level."""
@@ -46,7 +49,7 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
 
 
 class TensorEncoding(BaseModel):
@@ -114,6 +117,9 @@ class AgentStatus(Envelope):
     can_train: bool = False
     """The agent holds labelled training data (a diagnosis-only agent does not)."""
     num_train_samples: NonNegative = 0
+    labelled_windows: NonNegative = 0
+    """Labelled windows the agent holds for its next campaign (training, validation and test
+    splits of its recordings and of its labelled live windows), newly labelled ones included."""
     device: str = ""
     model_version: int | None = None
     software_version: str = ""
@@ -128,6 +134,12 @@ class CoordinatorStatus(Envelope):
     server_round: NonNegative = 0
     strategy: str = ""
     timestamp: float = 0.0
+    campaign: CampaignNote | None = None
+    """The running campaign, or the last one between campaigns; None before the first."""
+    recent_promotions: tuple[PromotionNote, ...] = Field(
+        default=(), max_length=MAX_RECENT_PROMOTIONS
+    )
+    """The newest decisions about cluster model versions, oldest first."""
 
 
 # -- tasks and results -----------------------------------------------------------------------

@@ -30,9 +30,11 @@ from collections.abc import Sequence
 from faultfleet import __version__
 from faultfleet.errors import UsageError
 from faultfleet_apps.cli.bench import add_bench_command
+from faultfleet_apps.cli.campaigns import add_campaign_command
 from faultfleet_apps.cli.demo import add_demo_command
 from faultfleet_apps.cli.deploy import add_deploy_command
 from faultfleet_apps.cli.keys import add_keys_command
+from faultfleet_apps.cli.labels import add_label_command
 from faultfleet_apps.cli.models import add_models_command
 from faultfleet_apps.cli.runtime import add_runtime_commands
 from faultfleet_apps.cli.signals import add_signals_commands
@@ -77,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_deploy_command(commands)
     add_keys_command(commands)
     add_models_command(commands)
+    add_campaign_command(commands)
+    add_label_command(commands)
     add_status_command(commands)
     return parser
 

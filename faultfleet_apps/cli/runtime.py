@@ -45,15 +45,19 @@ def add_runtime_commands(commands: Any) -> None:
         "coordinator",
         help="run the coordinator service (federated rounds over MQTT)",
         description=(
-            "Drive federated rounds over MQTT, cluster the agents and publish one ONNX model "
-            "per cluster. Settings: a TOML file plus FAULTFLEET_COORDINATOR_* overrides."
+            "Drive federated rounds over MQTT in training campaigns, cluster the agents and "
+            "publish one ONNX model per cluster; serve the models between campaigns. Settings: "
+            "a TOML file plus FAULTFLEET_COORDINATOR_* overrides."
         ),
     )
     coordinator.add_argument("--config", type=Path, required=True, help="coordinator TOML file")
     coordinator.add_argument(
         "--exit-when-done",
         action="store_true",
-        help="exit after the last round instead of serving the models until stopped",
+        help=(
+            "exit once no campaign runs (after the first campaign at a first start) instead "
+            "of serving the models and training further campaigns until stopped"
+        ),
     )
     coordinator.set_defaults(handler=run_coordinator)
     agent = commands.add_parser(

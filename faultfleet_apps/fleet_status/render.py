@@ -1,6 +1,7 @@
 """The table ``faultfleet status`` prints from a :meth:`FleetView.snapshot` document.
 
-One line for the coordinator (state, run, strategy, round, campaign), one row per agent
+One line for the coordinator (state, run, strategy, round, campaign: id, trigger, round x of
+y, status, next scheduled, new labelled windows), one row per agent
 (state, last seen, cluster, serving model version, last diagnosis, fault streak) and the
 recent promotions; "—" where a value is not known (yet).
 """
@@ -40,18 +41,44 @@ def _value(value: Any) -> str:
     return MISSING if value is None or value == "" else str(value)
 
 
-def _coordinator_line(coordinator: dict[str, Any] | None) -> str:
+CAMPAIGN_KEYS = {"campaign_id", "trigger", "status", "rounds_done", "start_round", "end_round"}
+PROMOTION_KEYS = {"cluster_id", "version", "decision"}
+
+
+def campaign_text(campaign: Any, now: float) -> str:
+    """``c2 (labels) round 3 of 10, running; next scheduled in 6 d; 120 of 500 new labelled
+    windows`` for a campaign note; any other value as ``key=value`` pairs."""
+    if not isinstance(campaign, dict):
+        return _value(campaign)
+    if not campaign.keys() >= CAMPAIGN_KEYS:
+        return " ".join(f"{k}={v}" for k, v in campaign.items())
+    rounds = campaign["end_round"] - campaign["start_round"]
+    parts = [
+        f"{campaign['campaign_id']} ({campaign['trigger']}) round {campaign['rounds_done']} of "
+        f"{rounds}, {campaign['status']}"
+    ]
+    due = campaign.get("next_scheduled_at")
+    if due is not None:
+        parts.append(
+            "next scheduled "
+            + (f"in {age(due - now).removesuffix(' ago')}" if due > now else "now")
+        )
+    threshold = campaign.get("min_new_labelled_windows") or 0
+    if threshold:
+        parts.append(
+            f"{campaign.get('new_labelled_windows', 0)} of {threshold} new labelled windows"
+        )
+    return "; ".join(parts)
+
+
+def _coordinator_line(coordinator: dict[str, Any] | None, now: float) -> str:
     if coordinator is None:
         return f"coordinator: {MISSING} (no retained status: has it ever run on this broker?)"
-    campaign = coordinator["campaign"]
-    if isinstance(campaign, dict):
-        campaign_text = " ".join(f"{k}={v}" for k, v in campaign.items())
-    else:
-        campaign_text = _value(campaign)
     return (
         f"coordinator: {_value(coordinator['state'])}   run {_value(coordinator['run_id'])}   "
         f"strategy {_value(coordinator['strategy'])}   round "
-        f"{_value(coordinator['server_round'])}   campaign {campaign_text}"
+        f"{_value(coordinator['server_round'])}   campaign "
+        f"{campaign_text(coordinator['campaign'], now)}"
     )
 
 
@@ -83,7 +110,7 @@ def render_table(snapshot: dict[str, Any]) -> str:
     now = snapshot["generated_at"]
     counts = snapshot["counts"]
     lines = [
-        _coordinator_line(snapshot["coordinator"]),
+        _coordinator_line(snapshot["coordinator"], now),
         "agents: " + ", ".join(f"{counts[state]} {state}" for state in counts if counts[state])
         if snapshot["agents"]
         else "agents: none heard of",
@@ -103,13 +130,29 @@ def render_table(snapshot: dict[str, Any]) -> str:
     promotions = (snapshot["coordinator"] or {}).get("recent_promotions") or []
     lines.append("")
     lines.append("recent promotions: " + (MISSING if not promotions else ""))
-    lines += [f"  {_promotion(p)}" for p in promotions]
+    lines += [f"  {_promotion(p, now)}" for p in promotions]
     if snapshot["unreadable_messages"]:
         lines.append(f"({snapshot['unreadable_messages']} unreadable message(s) skipped)")
     return "\n".join(lines)
 
 
-def _promotion(promotion: Any) -> str:
-    if isinstance(promotion, dict):
+def _promotion(promotion: Any, now: float) -> str:
+    """``cluster-0 v7 promoted 0.912 vs 0.900 (c2, round 12, 3 min ago)`` for a promotion
+    note; any other value as ``key value`` pairs."""
+    if not isinstance(promotion, dict):
+        return str(promotion)
+    if not promotion.keys() >= PROMOTION_KEYS:
         return "  ".join(f"{key} {value}" for key, value in promotion.items())
-    return str(promotion)
+    figures = ""
+    candidate, serving = promotion.get("candidate_accuracy"), promotion.get("serving_accuracy")
+    if candidate is not None:
+        figures = f" {candidate:.3f}" + (f" vs {serving:.3f}" if serving is not None else "")
+    where = [
+        promotion.get("campaign_id"),
+        f"round {promotion['server_round']}" if promotion.get("server_round") else None,
+        _when(promotion.get("created_at") or None, now),
+    ]
+    return (
+        f"{promotion['cluster_id']} v{promotion['version']} {promotion['decision']}{figures} "
+        f"({', '.join(w for w in where if w and w != MISSING)})"
+    ).removesuffix(" ()")

@@ -7,8 +7,9 @@ agent is ``online``, ``offline`` (``offline_cause``: ``stopped`` when the agent 
 ``lost`` when the broker published its last will), ``retired`` or ``unknown`` (heard of by
 its heartbeat only); ``last_seen`` is its newest sign of life (its own status, heartbeat or
 diagnosis). The coordinator's ``campaign`` and ``recent_promotions`` are read from its
-retained status, or from its ``summary.json``, when it reports them; they are null and
-empty before it does. A message that cannot be read is logged, counted and skipped.
+retained status (schema 5), or from its ``summary.json`` (``--state-dir``) when the status
+lacks them; they are null and empty before the first campaign. A message that cannot be
+read is logged, counted and skipped.
 """
 
 from __future__ import annotations
@@ -211,11 +212,16 @@ def coordinator_row(
         "strategy": status.get("strategy") or summary.get("strategy") or None,
         "server_round": status.get("server_round", summary.get("server_round")),
         "timestamp": status.get("timestamp") or None,
-        "campaign": status.get("campaign", summary.get("campaign")),
+        "campaign": _first_known(status.get("campaign"), summary.get("campaign")),
         "recent_promotions": list(
-            status.get("recent_promotions", summary.get("recent_promotions")) or []
+            status.get("recent_promotions") or summary.get("recent_promotions") or []
         ),
     }
+
+
+def _first_known(*values: Any) -> Any:
+    """The first value that is not None (None when all are)."""
+    return next((value for value in values if value is not None), None)
 
 
 def _newest(*diagnoses: Diagnosis | None) -> Diagnosis | None:

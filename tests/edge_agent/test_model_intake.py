@@ -231,7 +231,7 @@ def test_a_frame_newer_than_the_assignment_waits_for_its_assignment() -> None:
     [
         (b"[" * 400_000, ModelRejectReason.MALFORMED),
         (b'{"kind": "signed"' + b" " * (2 << 20) + b"}", ModelRejectReason.OVERSIZED),
-        (json.dumps({"kind": "signed", "schema_version": 4}).encode(), ModelRejectReason.SCHEMA),
+        (json.dumps({"kind": "signed", "schema_version": 5}).encode(), ModelRejectReason.SCHEMA),
         (b"\xff\xfe", ModelRejectReason.MALFORMED),
     ],
 )

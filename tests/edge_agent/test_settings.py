@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from edge_agent.settings import AgentSettings, DiagnosisSettings, SigningSettings, SourceSettings
+from edge_agent.settings import (
+    AgentSettings,
+    DiagnosisSettings,
+    LabelsSettings,
+    SigningSettings,
+    SourceSettings,
+)
 from faultfleet.wire.settings import BrokerSettings, SettingsError, load_settings
 from faultfleet.wire.signing import SigningKey
 
@@ -142,9 +148,11 @@ def test_the_example_file_loads_and_shows_the_defaults() -> None:
             password_file=Path("/etc/faultfleet/m07.password"),
         ),
         source=SourceSettings(kind="recordings", path=Path("/srv/recordings/m07"), machine_index=7),
+        labels=LabelsSettings(file=Path("/var/lib/faultfleet/agent-m07/labels.csv")),
         signing=SigningSettings(trusted_keys=("XEK6MWlCHOENFY5uE4WT76MWAq0XzEG7vNOviqGI8wQ=",)),
     )
     assert settings.model_dump() == expected.model_dump()
+    assert settings.labels_file == settings.state_dir / "labels.csv"
 
 
 def test_the_example_file_takes_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -103,7 +103,8 @@ def agents(
 @pytest.fixture(scope="module")
 def in_process(agents: list[AgentService]) -> InProcessFleet:
     """The same machines' data in the simulator's fleet, clients named like the agents."""
-    clients = tuple(replace(a.data, client_id=a.agent_id) for a in agents if a.data is not None)
+    data = [(a.agent_id, a.labelled.active) for a in agents]
+    clients = tuple(replace(d, client_id=agent) for agent, d in data if d is not None)
     federation = Federation("probes", clients, SPEC.n_classes, MIXED_FAULT_CLASS_NAMES)
     return InProcessFleet(federation, CPU_ARCHITECTURE, device=agents[0].device, batched=False)
 

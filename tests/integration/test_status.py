@@ -1,8 +1,9 @@
 """``faultfleet status --json`` over a real Mosquitto broker while a fleet runs.
 
-A coordinator trains three simulated machines (FedAvg, one round) and keeps serving; the
-agents diagnose with the published model and send a heartbeat every 0.2 s. The status
-command shows the three online with their cluster, model and last diagnosis; m02 is then
+A coordinator trains three simulated machines (FedAvg, a first campaign of one round) and
+keeps serving; the agents diagnose with the published model and send a heartbeat every
+0.2 s. The status command shows the campaign, its promotion, and the three agents online
+with their cluster, model and last diagnosis; m02 is then
 stopped (offline, stopped, last seen) and retired (retired). The coordinator's
 ``faultfleet_agents_by_state`` follows: the per-state counts the dashboard plots.
 """
@@ -142,7 +143,17 @@ def test_status_shows_agents_online_then_a_stopped_one_offline_then_retired(
     assert seen["counts"] == {"online": 3, "offline": 0, "retired": 0, "unknown": 0}
     assert seen["coordinator"]["state"] == "online"
     assert seen["coordinator"]["strategy"] == "fedavg"
-    assert (seen["coordinator"]["campaign"], seen["coordinator"]["recent_promotions"]) == (None, [])
+    campaign = seen["coordinator"]["campaign"]
+    assert (campaign["campaign_id"], campaign["trigger"], campaign["status"]) == (
+        "c1",
+        "first_start",
+        "done",
+    )
+    assert (campaign["rounds_done"], campaign["end_round"]) == (1, 1)
+    promotions = seen["coordinator"]["recent_promotions"]
+    assert [(p["version"], p["decision"], p["campaign_id"]) for p in promotions] == [
+        (1, "promoted", "c1")
+    ]
     for row in rows.values():
         assert row["state"] == "online"
         assert row["cluster_id"] is not None

@@ -39,6 +39,9 @@ DESIGN_METRICS = {
     "faultfleet_cluster_min_margin": "gauge",
     "faultfleet_clusters_borderline": "gauge",
     "faultfleet_merges_borderline_total": "counter",
+    "faultfleet_campaign_state": "gauge",
+    "faultfleet_campaigns_total": "counter",
+    "faultfleet_new_labelled_windows": "gauge",
 }
 
 QUALITY_METRICS = (

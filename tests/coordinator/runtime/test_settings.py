@@ -9,10 +9,12 @@ import pytest
 from pydantic import ValidationError
 
 from coordinator.runtime.settings import (
+    CampaignSettings,
     CoordinatorSettings,
     RunSettings,
     SigningSettings,
     TrainSettings,
+    parse_duration,
 )
 from coordinator.strategies.registry import STRATEGIES
 from faultfleet.models.zoo import MODEL_NAMES
@@ -165,8 +167,10 @@ def test_the_example_file_loads_and_shows_the_defaults() -> None:
             username="coordinator", password_file=Path("/etc/faultfleet/coordinator.password")
         ),
         signing=SigningSettings(key_file=Path("/etc/faultfleet/signing.key")),
+        campaigns=CampaignSettings(every="7d", rounds=20),
     )
     assert settings.model_dump() == expected.model_dump()
+    assert settings.campaigns.every_s == 7 * 86_400
 
 
 def test_the_example_file_takes_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,3 +182,28 @@ def test_the_example_file_takes_environment_overrides(monkeypatch: pytest.Monkey
     assert settings.run.rounds == 200
     assert settings.broker.host == "broker.plant.example"
     assert settings.broker.username == "coordinator"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("7d", 604_800.0), ("12h", 43_200.0), ("30min", 1_800.0), ("90s", 90.0), ("2w", 1_209_600.0)],
+)
+def test_campaign_schedules_are_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    assert CampaignSettings(every=text).every_s == seconds
+    assert CampaignSettings(every=seconds).every_s == seconds
+
+
+@pytest.mark.parametrize("every", ["fortnight", "0d", "-5", 0])
+def test_a_schedule_that_is_not_a_duration_is_refused(every: str | float) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        CampaignSettings(every=every)
+
+
+def test_no_schedule_by_default_and_new_labels_start_campaigns() -> None:
+    campaigns = CoordinatorSettings().campaigns
+    assert (campaigns.every_s, campaigns.min_new_labelled_windows, campaigns.rounds) == (
+        None,
+        500,
+        None,
+    )

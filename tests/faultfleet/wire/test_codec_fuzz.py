@@ -137,7 +137,7 @@ def test_nesting_bombs_are_refused_as_malformed(
     closer = {b"[": b"]", b'{"a":': b"}", b'[{"b":': b"}]"}[opener]
     value = opener * depth + (b"0" + closer * depth if closed else b"")
     header = (
-        value if where == "top" else b'{"schema_version": 4, "kind": "fit", "x": ' + value + b"}"
+        value if where == "top" else b'{"schema_version": 5, "kind": "fit", "x": ' + value + b"}"
     )
     payload = MAGIC + struct.pack(">I", len(header)) + header
     levels = depth * (2 if opener == b'[{"b":' else 1) + (where == "field")
@@ -156,7 +156,7 @@ def test_deep_but_small_json_is_refused_before_validation(
     depth: int, model: type[BaseModel]
 ) -> None:
     with pytest.raises(WireError, match="deeper than") as error:
-        receive(TypeAdapter(model), frame_of({"schema_version": 4, "x": nested(depth)}))
+        receive(TypeAdapter(model), frame_of({"schema_version": 5, "x": nested(depth)}))
 
     assert error.value.reason is RejectReason.MALFORMED
 
@@ -178,7 +178,7 @@ def test_headers_above_the_limit_are_refused(extra: int, declared_only: bool) ->
 
 @given(brackets=st.integers(MAX_JSON_CONTAINERS + 1, 3 * MAX_JSON_CONTAINERS))
 def test_a_header_of_too_many_containers_is_refused_before_parsing(brackets: int) -> None:
-    header = {"schema_version": 4, "kind": "fit", "x": [[]] * brackets}
+    header = {"schema_version": 5, "kind": "fit", "x": [[]] * brackets}
 
     with pytest.raises(WireError, match="more than the") as error:
         receive(TASK_ADAPTER, frame_of(header))

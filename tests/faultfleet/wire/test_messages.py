@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from faultfleet.tasks import Split, TrainConfig
+from faultfleet.wire.campaign_messages import CampaignNote, PromotionNote
 from faultfleet.wire.messages import (
     ANSWER_ADAPTER,
     SCHEMA_VERSION,
@@ -59,13 +60,42 @@ def every_envelope() -> list[BaseModel]:
             timestamp=1.7e9,
             can_train=True,
             num_train_samples=420,
+            labelled_windows=600,
             device="cpu",
             model_version=4,
             software_version="0.1.0",
         ),
         AgentStatus(agent_id="m07", state="offline"),
         CoordinatorStatus(
-            state="online", run_id="run-1", server_round=7, strategy="flacc", timestamp=1.7e9
+            state="online",
+            run_id="run-1",
+            server_round=7,
+            strategy="flacc",
+            timestamp=1.7e9,
+            campaign=CampaignNote(
+                campaign_id="c2",
+                trigger="labels",
+                status="running",
+                start_round=5,
+                end_round=15,
+                rounds_done=2,
+                started_at=1.7e9,
+                next_scheduled_at=1.7e9 + 604_800,
+                new_labelled_windows=12,
+                min_new_labelled_windows=500,
+            ),
+            recent_promotions=(
+                PromotionNote(
+                    cluster_id="cluster-0",
+                    version=3,
+                    decision="rejected",
+                    candidate_accuracy=0.5,
+                    serving_accuracy=0.9,
+                    campaign_id="c2",
+                    server_round=7,
+                    created_at=1.7e9,
+                ),
+            ),
         ),
         FitTaskMessage(
             **TASK_FIELDS,
@@ -140,7 +170,7 @@ def test_every_envelope_round_trips_through_json(message: BaseModel) -> None:
     again = type(message).model_validate_json(text)
 
     assert again == message
-    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 4
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 5
 
 
 def test_task_and_answer_adapters_pick_the_variant_from_kind() -> None:
@@ -179,10 +209,10 @@ def test_extra_fields_in_nested_specs_are_rejected() -> None:
 @pytest.mark.parametrize("message", every_envelope(), ids=lambda m: type(m).__name__)
 def test_envelopes_are_frozen(message: BaseModel) -> None:
     with pytest.raises(ValidationError, match="Instance is frozen"):
-        message.schema_version = 5  # type: ignore[attr-defined]
+        message.schema_version = 6  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 5, "4", None])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 6, "5", None])
 @pytest.mark.parametrize("message", every_envelope()[:4], ids=lambda m: type(m).__name__)
 def test_other_schema_versions_are_rejected(message: BaseModel, version: object) -> None:
     data = {**data_of(message), "schema_version": version}

@@ -70,7 +70,7 @@ def test_probe_envelopes_refuse_extra_fields_and_other_versions(message: BaseMod
 
     with pytest.raises(WireError, match="Extra inputs are not permitted") as extra:
         parse_envelope(adapter, {**data_of(message), "priority": "high"})
-    with pytest.raises(WireError, match="schema_version 1; this side speaks 4") as old:
+    with pytest.raises(WireError, match="schema_version 1; this side speaks 5") as old:
         parse_envelope(adapter, {**data_of(message), "schema_version": 1})
 
     assert extra.value.reason is old.value.reason is RejectReason.SCHEMA

@@ -153,3 +153,48 @@ def test_no_coordinator_no_agents_and_a_campaign_with_promotions() -> None:
     assert empty[1] == "agents: none heard of"
     assert campaign[0].endswith("campaign state=running round=3")
     assert campaign[-1] == "  cluster_id cluster-1  version 7"
+
+
+def test_a_campaign_reads_as_round_x_of_y_with_the_next_triggers() -> None:
+    # Prepare
+    campaign = {
+        "campaign_id": "c2",
+        "trigger": "labels",
+        "status": "running",
+        "start_round": 40,
+        "end_round": 50,
+        "rounds_done": 3,
+        "started_at": NOW - 60,
+        "ended_at": None,
+        "next_scheduled_at": NOW + 6 * 86_400 + 10,
+        "new_labelled_windows": 120,
+        "min_new_labelled_windows": 500,
+    }
+    promotion = {
+        "cluster_id": "cluster-0",
+        "version": 9,
+        "decision": "rejected",
+        "candidate_accuracy": 0.5,
+        "serving_accuracy": 0.9125,
+        "campaign_id": "c2",
+        "server_round": 42,
+        "created_at": NOW - 180,
+    }
+    coordinator = {
+        "state": "online",
+        "run_id": "r",
+        "strategy": "fedavg",
+        "server_round": 43,
+        "campaign": campaign,
+        "recent_promotions": [promotion],
+    }
+
+    # Execute
+    lines = render_table(snapshot([], coordinator)).splitlines()
+
+    # Assert
+    assert lines[0].endswith(
+        "campaign c2 (labels) round 3 of 10, running; next scheduled in 6 d; "
+        "120 of 500 new labelled windows"
+    )
+    assert lines[-1] == "  cluster-0 v9 rejected 0.500 vs 0.912 (c2, round 42, 3 min ago)"

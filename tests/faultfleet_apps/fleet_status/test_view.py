@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from paho.mqtt.client import topic_matches_sub
 
+from faultfleet.wire.campaign_messages import CampaignNote, PromotionNote
 from faultfleet.wire.messages import AgentHeartbeat, AgentStatus, CoordinatorStatus, Diagnosis
 from faultfleet.wire.topics import Topics
 from faultfleet_apps.fleet_status.view import STATUS_SCHEMA_VERSION, FleetView
@@ -226,3 +227,35 @@ def test_campaign_and_promotions_come_from_the_summary_when_the_status_lacks_the
     assert coordinator["campaign"] == summary["campaign"]
     assert coordinator["recent_promotions"] == summary["recent_promotions"]
     assert (coordinator["run_id"], coordinator["server_round"]) == ("3f2a", 40)
+
+
+def test_the_campaign_and_promotions_of_the_retained_status_come_first() -> None:
+    # Prepare: a status with campaign c2, and an older summary.json still saying c1
+    note = CampaignNote(
+        campaign_id="c2",
+        trigger="labels",
+        status="running",
+        start_round=40,
+        end_round=50,
+        rounds_done=3,
+        started_at=NOW - 600,
+        new_labelled_windows=12,
+        min_new_labelled_windows=500,
+    )
+    promotion = PromotionNote(
+        cluster_id="cluster-0", version=9, decision="rejected", campaign_id="c2", server_round=42
+    )
+    online = CoordinatorStatus(
+        state="online", server_round=43, campaign=note, recent_promotions=(promotion,)
+    )
+    summary = {"campaign": {"campaign_id": "c1"}, "recent_promotions": [{"version": 1}]}
+
+    # Execute
+    snapshot = fold(
+        (TOPICS.coordinator_status(), online.model_dump_json().encode()), summary=summary
+    )
+
+    # Assert
+    coordinator = snapshot["coordinator"]
+    assert coordinator["campaign"] == note.model_dump(mode="json")
+    assert coordinator["recent_promotions"] == [promotion.model_dump(mode="json")]

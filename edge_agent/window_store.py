@@ -1,0 +1,225 @@
+"""The live windows an agent diagnosed, kept on disk so that they can be labelled later.
+
+A maintenance finding often comes days after the fact ("the outer race of pump 3 was
+damaged since Monday"). :class:`WindowStore` keeps every window the agent diagnosed, with
+the timestamp its diagnosis carries, in ``state_dir/windows/``; the labels file
+(:mod:`edge_agent.labels_file`) names time ranges and their label, and the windows inside
+a range join the agent's training data at its next campaign (:mod:`edge_agent.labelled_data`).
+
+Layout: segment files ``w<samples>-<sequence>.bin`` of fixed-size records, a float64 Unix
+time followed by the window's float32 samples (little-endian), appended as windows are
+diagnosed. A segment is closed at an eighth of ``max_bytes`` and the oldest segments are
+removed once the store holds more than ``max_bytes``: the store keeps the newest windows,
+``max_bytes / (8 + 4 · samples)`` of them (about 24,000 windows of 1024 samples per
+100 MB). A record cut short by a crash is ignored. ``max_bytes = 0`` keeps nothing. A disk
+that refuses a window is logged when the failures start and when they end, and counted in
+:attr:`WindowStore.failures`; it never stops diagnosis.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from faultfleet.types import FloatArray
+
+logger = logging.getLogger(__name__)
+
+SEGMENTS_PER_STORE = 8
+_NAME = re.compile(r"^w(\d+)-(\d{12})\.bin$")
+
+
+@dataclass
+class _Segment:
+    path: Path
+    size_bytes: int
+    first_s: float
+    last_s: float
+
+
+class WindowStore:
+    """Bounded on-disk store of diagnosed windows; thread-safe.
+
+    Parameters
+    ----------
+    folder : Path
+        Created when the first window is kept.
+    sample_size : int
+        Samples per window (every window is flattened).
+    max_bytes : int
+        Most bytes kept (0: keep nothing).
+    """
+
+    def __init__(self, folder: Path, *, sample_size: int, max_bytes: int) -> None:
+        if sample_size < 1 or max_bytes < 0:
+            raise ValueError(
+                f"sample_size {sample_size} must be >= 1 and max_bytes {max_bytes} >= 0"
+            )
+        self.folder = folder
+        self.sample_size = sample_size
+        self.max_bytes = max_bytes
+        self.record = np.dtype([("t", "<f8"), ("x", "<f4", (sample_size,))])
+        self.segment_bytes = max(self.record.itemsize, max_bytes // SEGMENTS_PER_STORE)
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = self._existing() if max_bytes else []
+        self._file: BinaryIO | None = None
+        self._next = 1 + max((self._sequence(s.path) for s in self._segments), default=0)
+        self.failures = 0
+        """Windows the disk refused since the start."""
+        self._failing = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size_bytes for s in self._segments)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(s.size_bytes // self.record.itemsize for s in self._segments)
+
+    # -- writing (the diagnosis thread) ------------------------------------------------------
+
+    def keep(self, samples: FloatArray, timestamp: float) -> None:
+        """Append one window (any shape holding ``sample_size`` samples) diagnosed at
+        ``timestamp`` (Unix seconds); a refusing disk is logged and counted, not raised."""
+        if not self.enabled:
+            return
+        try:
+            self._append(samples, timestamp)
+        except OSError as error:
+            self.failures += 1
+            if not self._failing:
+                logger.error(
+                    "cannot keep diagnosed windows in %s (%s); they cannot be labelled later "
+                    "until this is fixed",
+                    self.folder,
+                    error,
+                )
+            self._failing = True
+            with self._lock:
+                self._close()
+            return
+        if self._failing:
+            logger.info("diagnosed windows are kept in %s again", self.folder)
+            self._failing = False
+
+    def _append(self, samples: FloatArray, timestamp: float) -> None:
+        row = np.empty(1, dtype=self.record)
+        row["t"] = timestamp
+        row["x"] = np.asarray(samples, dtype=np.float32).reshape(1, self.sample_size)
+        with self._lock:
+            segment = self._open_segment(timestamp)
+            assert self._file is not None
+            self._file.write(row.tobytes())
+            self._file.flush()
+            segment.size_bytes += self.record.itemsize
+            segment.last_s = max(segment.last_s, timestamp)
+            if segment.size_bytes >= self.segment_bytes:
+                self._close()
+            self._prune()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _open_segment(self, timestamp: float) -> _Segment:
+        if self._file is not None:
+            return self._segments[-1]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"w{self.sample_size}-{self._next:012d}.bin"
+        self._next += 1
+        self._file = path.open("ab")
+        self._segments.append(_Segment(path, 0, timestamp, timestamp))
+        return self._segments[-1]
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _prune(self) -> None:
+        total = sum(s.size_bytes for s in self._segments)
+        while total > self.max_bytes and len(self._segments) > 1:
+            oldest = self._segments.pop(0)
+            total -= oldest.size_bytes
+            oldest.path.unlink(missing_ok=True)
+
+    # -- reading (the labels thread) ---------------------------------------------------------
+
+    def fingerprint(self, ranges: Sequence[tuple[float, float]]) -> tuple[tuple[str, int], ...]:
+        """Names and sizes of the segments holding windows inside ``ranges``: unchanged,
+        :meth:`read` would give the same windows."""
+        with self._lock:
+            return tuple(
+                (s.path.name, s.size_bytes) for s in self._segments if _overlaps(s, ranges)
+            )
+
+    def read(
+        self, ranges: Sequence[tuple[float, float]]
+    ) -> tuple[npt.NDArray[np.float64], FloatArray]:
+        """Timestamps (n,) and samples (n, sample_size) of the windows whose timestamp lies
+        in one of ``ranges`` (start included, end excluded), oldest first."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+            chosen = [(s.path, s.size_bytes) for s in self._segments if _overlaps(s, ranges)]
+        times: list[npt.NDArray[np.float64]] = []
+        samples: list[FloatArray] = []
+        for path, size in chosen:
+            rows = _records(path, self.record, size // self.record.itemsize)
+            inside = np.zeros(len(rows), dtype=bool)
+            for start, end in ranges:
+                inside |= (rows["t"] >= start) & (rows["t"] < end)
+            times.append(np.asarray(rows["t"][inside], dtype=np.float64))
+            samples.append(np.asarray(rows["x"][inside], dtype=np.float32))
+        if not times:
+            return np.empty(0), np.empty((0, self.sample_size), dtype=np.float32)
+        return np.concatenate(times), np.concatenate(samples)
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _existing(self) -> list[_Segment]:
+        """Segments left by an earlier run, oldest first (other window sizes are ignored)."""
+        if not self.folder.is_dir():
+            return []
+        found = []
+        for path in sorted(self.folder.glob("w*.bin"), key=self._sequence):
+            match = _NAME.match(path.name)
+            if match is None or int(match[1]) != self.sample_size:
+                continue
+            count = path.stat().st_size // self.record.itemsize
+            if count == 0:
+                continue
+            rows = _records(path, self.record, count)
+            size = count * self.record.itemsize
+            found.append(_Segment(path, size, float(rows["t"].min()), float(rows["t"].max())))
+        return found
+
+    @staticmethod
+    def _sequence(path: Path) -> int:
+        match = _NAME.match(path.name)
+        return int(match[2]) if match else 0
+
+
+def _overlaps(segment: _Segment, ranges: Sequence[tuple[float, float]]) -> bool:
+    return any(start <= segment.last_s and segment.first_s < end for start, end in ranges)
+
+
+def _records(path: Path, record: np.dtype[np.void], count: int) -> npt.NDArray[np.void]:
+    """The first ``count`` records of ``path`` (fewer if it shrank since)."""
+    try:
+        return np.fromfile(path, dtype=record, count=count)
+    except (OSError, ValueError):
+        return np.empty(0, dtype=record)

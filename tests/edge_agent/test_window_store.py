@@ -1,0 +1,111 @@
+"""The diagnosed windows kept on disk: read by time range, bounded, kept over restarts."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_agent.window_store import WindowStore
+
+SAMPLES = 16
+RECORD_BYTES = 8 + 4 * SAMPLES
+
+
+def window(value: float) -> np.ndarray:
+    return np.full((1, SAMPLES), value, dtype=np.float32)
+
+
+def store(path: Path, max_bytes: int = 100 * RECORD_BYTES) -> WindowStore:
+    return WindowStore(path / "windows", sample_size=SAMPLES, max_bytes=max_bytes)
+
+
+def test_windows_are_read_back_by_time_range(tmp_path: Path) -> None:
+    # Prepare
+    windows = store(tmp_path)
+    for second in range(10):
+        windows.keep(window(second), 1_000.0 + second)
+
+    # Execute
+    times, samples = windows.read([(1_002.0, 1_004.0), (1_008.0, 1_100.0)])
+
+    # Assert: start included, end excluded
+    assert times.tolist() == [1_002.0, 1_003.0, 1_008.0, 1_009.0]
+    assert samples[:, 0].tolist() == [2.0, 3.0, 8.0, 9.0]
+    assert samples.shape == (4, SAMPLES)
+
+
+def test_the_store_keeps_the_newest_windows_within_its_size(tmp_path: Path) -> None:
+    # Prepare: room for 16 windows, in segments of 2
+    windows = store(tmp_path, max_bytes=16 * RECORD_BYTES)
+
+    # Execute
+    for second in range(100):
+        windows.keep(window(second), float(second))
+    times, _ = windows.read([(0.0, 1_000.0)])
+
+    # Assert
+    assert windows.size_bytes <= 16 * RECORD_BYTES
+    assert times.tolist() == [float(s) for s in range(100 - len(times), 100)]
+    assert len(times) >= 14
+
+
+def test_a_restarted_agent_finds_its_windows_and_ignores_a_cut_record(tmp_path: Path) -> None:
+    # Prepare: 3 windows, then half a record as a crash leaves it
+    before = store(tmp_path)
+    for second in range(3):
+        before.keep(window(second), 50.0 + second)
+    before.close()
+    segment = next((tmp_path / "windows").glob("*.bin"))
+    with segment.open("ab") as file:
+        file.write(b"\x00" * (RECORD_BYTES // 2))
+
+    # Execute
+    after = store(tmp_path)
+    after.keep(window(9), 60.0)
+    times, _ = after.read([(0.0, 100.0)])
+
+    # Assert
+    assert times.tolist() == [50.0, 51.0, 52.0, 60.0]
+    assert len(after) == 4
+
+
+def test_zero_bytes_keeps_nothing(tmp_path: Path) -> None:
+    windows = store(tmp_path, max_bytes=0)
+    windows.keep(window(1), 1.0)
+    assert not (tmp_path / "windows").exists()
+    assert windows.read([(0.0, 2.0)])[0].size == 0
+
+
+def test_a_disk_that_refuses_windows_is_logged_once_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: the store's folder is a file
+    (tmp_path / "windows").write_text("not a folder", encoding="utf-8")
+    windows = store(tmp_path)
+
+    # Execute
+    with caplog.at_level(logging.ERROR):
+        for second in range(3):
+            windows.keep(window(second), float(second))
+
+    # Assert
+    assert windows.failures == 3
+    assert len([r for r in caplog.records if "cannot keep diagnosed windows" in r.message]) == 1
+
+
+def test_the_fingerprint_changes_only_with_windows_inside_the_ranges(tmp_path: Path) -> None:
+    # Prepare: one segment per 2 windows
+    windows = store(tmp_path, max_bytes=16 * RECORD_BYTES)
+    for second in range(4):
+        windows.keep(window(second), float(second))
+    early = windows.fingerprint([(0.0, 2.0)])
+
+    # Execute
+    windows.keep(window(9), 9.0)
+
+    # Assert
+    assert windows.fingerprint([(0.0, 2.0)]) == early
+    assert windows.fingerprint([(0.0, 10.0)]) != windows.fingerprint([(0.0, 4.0)])
