@@ -36,6 +36,8 @@ class AgentThread(StrEnum):
     """The loader swapping in the assigned model."""
     HEARTBEAT = "heartbeat"
     """The retained heartbeat (:class:`~edge_agent.activity.Activity`)."""
+    OUTBOX = "outbox"
+    """The sender of the diagnoses kept while the broker was unreachable."""
     HANDLER = "handler"
     """A message handler on the MQTT network thread."""
 
