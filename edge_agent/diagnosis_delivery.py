@@ -18,7 +18,8 @@ connection is back: it first waits until the broker acknowledged the messages se
 the outage (the MQTT client sends those again by itself), then sends the outbox oldest first
 in batches with QoS 1, removing each batch once acknowledged. Delivery is at least once:
 after a crash between an acknowledgement and its removal a few diagnoses may arrive twice
-(their ``window_index`` tells). The outbox survives an agent restart and is sent after it.
+(their ``timestamp`` and ``window_index`` tell; the index restarts with the agent). The
+outbox survives an agent restart and is sent after it.
 """
 
 from __future__ import annotations
