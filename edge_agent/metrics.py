@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from edge_agent.incoming import IncomingRefusal
 from edge_agent.model_intake import ModelRejectReason
+from edge_agent.outbox import OutboxDrop
 from edge_agent.supervision import AgentThread
 from faultfleet.metrics_http import register_standard_metrics
 from faultfleet.wire.codec import RejectReason
@@ -156,6 +157,7 @@ class AgentMetrics:
         self.broker_connected = Gauge(
             "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
         )
+        self._add_delivery_metrics(reg)
         for thread in AgentThread:
             self.thread_errors.labels(thread=thread.value)
             self.thread_restarts.labels(thread=thread.value)
@@ -169,6 +171,35 @@ class AgentMetrics:
         self._class_names: tuple[str, ...] = ()
         self._add_alarm_metrics(reg)
         self.set_class_names(class_names)
+
+    def _add_delivery_metrics(self, reg: CollectorRegistry) -> None:
+        """What a broker outage costs: the outbox, dropped diagnoses, tasks sent twice."""
+        self.outbox_diagnoses = Gauge(
+            "faultfleet_outbox_diagnoses",
+            "Diagnoses waiting in the on-disk outbox for the broker to come back.",
+            registry=reg,
+        )
+        self.diagnoses_dropped = Counter(
+            "faultfleet_diagnoses_dropped_total",
+            "Diagnoses never published, by reason: outbox_full (the oldest, beyond "
+            "[diagnosis] outbox_max_diagnoses), unwritable (the outbox's disk failed), "
+            "unreadable (found torn or corrupt in the outbox at start).",
+            ["reason"],
+            registry=reg,
+        )
+        for drop in OutboxDrop:
+            self.diagnoses_dropped.labels(reason=drop.value)
+        self.tasks_repeated = Counter(
+            "faultfleet_tasks_repeated_total",
+            "Task frames received again (the coordinator repeats unanswered tasks after a "
+            "reconnection): answered from the answers kept, or dropped while the first copy "
+            "waits or runs.",
+            registry=reg,
+        )
+
+    def diagnoses_lost(self, reason: OutboxDrop, n: int = 1) -> None:
+        """Count ``n`` diagnoses that will never be published."""
+        self.diagnoses_dropped.labels(reason=OutboxDrop(reason).value).inc(n)
 
     def _add_alarm_metrics(self, reg: CollectorRegistry) -> None:
         """The fault streak, its probability bar, and the standard metrics."""

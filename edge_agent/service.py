@@ -1,6 +1,6 @@
 """The edge-agent service: trains when asked, diagnoses every live window with ONNX Runtime.
 
-:class:`AgentService` runs five activities around one MQTT connection:
+:class:`AgentService` runs six activities around one MQTT connection:
 
 * the network thread (paho) routes task frames to a queue, the retained cluster assignment
   to :meth:`_on_assignment` and the assigned cluster's retained model to :meth:`_on_model`;
@@ -10,9 +10,12 @@
 * a worker thread answers tasks one at a time from a bounded queue
   (:class:`~edge_agent.task_worker.TaskWorker`, :class:`~edge_agent.task_runner.TaskRunner`);
 * a diagnosis thread takes windows from the source, runs the active ONNX model on each and
-  publishes the diagnosis, then writes it to the local log — a full disk stops the log, not
-  the publishing. Windows that arrive before the first model wait in a bounded backlog; a
-  model swap never drops a window;
+  hands the diagnosis to :class:`~edge_agent.diagnosis_delivery.DiagnosisDelivery`: published
+  at once while connected, kept in the bounded on-disk outbox while the broker is away, then
+  written to the local log — a full disk stops the log, not the publishing. Windows that
+  arrive before the first model wait in a bounded backlog; a model swap never drops a window;
+* an outbox thread sends the diagnoses kept during a broker outage once it is back, in
+  order (:mod:`edge_agent.diagnosis_delivery`);
 * a heartbeat thread publishes the retained heartbeat (last seen, last diagnosis, fault
   streak) every ``diagnosis.heartbeat_s`` (:class:`~edge_agent.activity.Activity`);
 * a labels thread looks for new labels every ``labels.rescan_s`` (rows appended to a
@@ -25,7 +28,11 @@ exceptions of its iterations, counted per thread and logged once per kind, and a
 supervisor starts again any thread that ended.
 
 The agent announces itself with a retained ``online`` status and leaves a retained
-``offline`` last will; the connection reconnects with backoff on its own.
+``offline`` last will; the connection reconnects with backoff on its own. Its MQTT session
+is persistent (client id ``faultfleet-agent-<agent id>``): the broker keeps its
+subscriptions and queues its tasks while it is away, the tasks of a broker that lost them
+are sent again by the coordinator when the agent's ``online`` status comes back, and a
+repeated task is answered once (:mod:`edge_agent.task_worker`).
 """
 
 from __future__ import annotations
@@ -39,12 +46,14 @@ from contextlib import AbstractContextManager
 
 from edge_agent.activity import Activity
 from edge_agent.batching import select_device
+from edge_agent.diagnosis_delivery import DiagnosisDelivery
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.inference import LoadedModel, ModelStore, OnnxDiagnoser
 from edge_agent.labelled_data import LabelledData
 from edge_agent.metrics import AgentMetrics
 from edge_agent.model_intake import ModelIntake, ModelRejectReason
 from edge_agent.model_updates import ModelUpdates
+from edge_agent.outbox import DiagnosisOutbox
 from edge_agent.settings import AgentSettings
 from edge_agent.sources import Window, WindowSource
 from edge_agent.supervision import AgentThread, ErrorReport, Supervisor
@@ -145,13 +154,13 @@ class AgentService:
         )
         self.class_names: tuple[str, ...] = source.class_names
         self.windows_diagnosed = 0
-        self._log_failing = False
         self._lock = threading.Lock()
         offline = AgentStatus(agent_id=self.agent_id, state="offline").model_dump_json()
         self.connection = MqttConnection(
             client_id=f"faultfleet-agent-{self.agent_id}",
             settings=settings.broker.for_agent(self.agent_id),
             will=Will(self.topics.agent_status(self.agent_id), offline.encode()),
+            persistent_session=True,
             on_connection_change=self._connection_changed,
             on_oversized=self._on_oversized,
             on_handler_error=lambda topic, error: self.errors(AgentThread.HANDLER, error, topic),
@@ -174,6 +183,23 @@ class AgentService:
             clock,
             max_queued=limits.max_queued,
             clock_skew_warn_s=limits.clock_skew_warn_s,
+            answers_kept=limits.answers_kept,
+        )
+        outbox = DiagnosisOutbox(
+            settings.state_dir / "outbox",
+            max_records=settings.diagnosis.outbox_max_diagnoses,
+            on_dropped=self.metrics.diagnoses_lost,
+        )
+        self.delivery = DiagnosisDelivery(
+            self.agent_id,
+            self.connection,
+            self.topics.diagnoses(self.agent_id),
+            self.log,
+            outbox,
+            self.metrics,
+            publish=settings.diagnosis.publish,
+            on_error=lambda error: self.errors(AgentThread.OUTBOX, error),
+            clock=clock,
         )
         self.connection.route(self.topics.tasks(self.agent_id), self.worker.on_task)
         self.activity = Activity(
@@ -196,6 +222,7 @@ class AgentService:
         supervisor.start(AgentThread.TASKS, self.worker.run)
         supervisor.start(AgentThread.DIAGNOSIS, self._diagnose)
         supervisor.start(AgentThread.MODELS, self._load_models)
+        supervisor.start(AgentThread.OUTBOX, self.delivery.run)
         if self.settings.diagnosis.heartbeat_s > 0:  # 0: heartbeats switched off
             supervisor.start(AgentThread.HEARTBEAT, self._heartbeat)
         supervisor.start(AgentThread.LABELS, self._rescan_labels)
@@ -206,11 +233,11 @@ class AgentService:
             self.connection.stop(
                 final=[(self.topics.agent_status(self.agent_id), self._status("offline"), True)]
             )
+            self.delivery.close()
             try:
-                self.log.close()
                 self.windows.close()
-            except OSError as error:  # the last lines could not be flushed: a full disk
-                logger.warning("%s: closing the diagnosis log: %s", self.agent_id, error)
+            except OSError as error:  # the last windows could not be flushed: a full disk
+                logger.warning("%s: closing the kept windows: %s", self.agent_id, error)
 
     @property
     def assignment(self) -> ClusterAssignment | None:
@@ -257,6 +284,7 @@ class AgentService:
 
     def _connection_changed(self, connected: bool) -> None:
         self.metrics.set_connected(connected)
+        self.delivery.connection_changed(connected)
         if connected:
             self.connection.publish(
                 self.topics.agent_status(self.agent_id), self._status("online"), retain=True
@@ -354,35 +382,4 @@ class AgentService:
         self.windows.keep(window.samples, window.timestamp)
         self.metrics.observe_diagnoses([class_id], latency)
         self.activity.observe(diagnosis)
-        if self.settings.diagnosis.publish:
-            # QoS 0: a diagnosis is news and the local log keeps it; during a broker outage
-            # diagnoses are dropped instead of filling the client's queue.
-            try:
-                self.connection.publish(
-                    self.topics.diagnoses(self.agent_id), diagnosis.model_dump_json(), qos=0
-                )
-            except (ValueError, RuntimeError) as error:  # the local log still keeps it
-                self.errors(AgentThread.DIAGNOSIS, error, "publishing a diagnosis")
-        self._write_log(diagnosis)
-
-    def _write_log(self, diagnosis: Diagnosis) -> None:
-        """Append to the local log; a failing disk is counted and logged when it starts
-        and when it ends, and never stops diagnosis or publishing."""
-        try:
-            self.log.append(diagnosis.model_dump())
-        except OSError as error:
-            self.metrics.diagnosis_log_failures.inc()
-            if not self._log_failing:
-                logger.error(
-                    "%s: cannot write the diagnosis log %s (%s); diagnoses are still "
-                    "published, free disk space to keep them locally "
-                    "(faultfleet_diagnosis_log_failures_total counts the ones missed)",
-                    self.agent_id,
-                    self.log.path,
-                    error,
-                )
-            self._log_failing = True
-            return
-        if self._log_failing:
-            logger.info("%s: the diagnosis log is written again", self.agent_id)
-            self._log_failing = False
+        self.delivery.deliver(diagnosis)

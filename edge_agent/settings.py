@@ -75,6 +75,10 @@ class DiagnosisSettings(BaseModel):
     heartbeat_s: Annotated[float, Field(ge=0)] = 30.0
     """Seconds between the retained heartbeats on ``agents/{id}/heartbeat`` (last seen, last
     diagnosis, streak; read by ``faultfleet status``); 0 switches them off."""
+    outbox_max_diagnoses: Annotated[int, Field(ge=0)] = 100_000
+    """Diagnoses kept on disk (``state_dir/outbox``) while the broker is unreachable and sent
+    once it is back, in order; beyond this the oldest are dropped and counted. About 400 bytes
+    each: the default holds some 40 MB, 2.8 hours at 10 windows a second. 0: none kept."""
 
 
 class TaskSettings(BaseModel):
@@ -90,6 +94,10 @@ class TaskSettings(BaseModel):
     """Most output classes a task's model may have."""
     max_cached_models: Positive = 4
     """Architectures kept built between tasks (least recently used dropped first)."""
+    answers_kept: Annotated[int, Field(ge=0)] = 4
+    """Latest answers kept in memory, sent again when the coordinator repeats their task (it
+    does after a broker restart); a repeated task whose answer is gone is run again. Each
+    costs the size of an update (17.6 MB for the paper model, 0.24 MB for the compact one)."""
     clock_skew_warn_s: Annotated[float, Field(gt=0)] = 30.0
     """A task issued this many seconds or more away from the agent's clock logs a warning
     (the skew is always on ``faultfleet_clock_skew_seconds``)."""

@@ -38,6 +38,8 @@ class AgentThread(StrEnum):
     """The retained heartbeat (:class:`~edge_agent.activity.Activity`)."""
     LABELS = "labels"
     """The rescans of new labels (:class:`~edge_agent.labelled_data.LabelledData`)."""
+    OUTBOX = "outbox"
+    """The sender of the diagnoses kept while the broker was unreachable."""
     HANDLER = "handler"
     """A message handler on the MQTT network thread."""
 

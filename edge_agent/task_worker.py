@@ -13,6 +13,12 @@ answers it through :class:`~edge_agent.task_runner.TaskRunner` and publishes the
   logged once per kind
   (:class:`~edge_agent.supervision.ErrorReport`); an exception inside the runner still
   answers the task as failed; the loop goes on with the next frame.
+* **Idempotent.** The coordinator sends a task again when its answer is missing after a
+  broker restart, with the same task id. A repeated task is never run twice at once: one
+  that arrives while its first copy waits or runs is dropped (the first copy's answer
+  covers it); one that arrives after it was answered gets the same answer again, from the
+  ``[tasks] answers_kept`` latest answers kept in memory, or is run again when its answer
+  is no longer kept. Counted on ``faultfleet_tasks_repeated_total``.
 * **Clock skew.** Every task carries the coordinator's clock at sending (``issued_at``):
   the difference to the agent's clock at receipt is set on ``faultfleet_clock_skew_seconds``
   and logged as a warning when it reaches ``[tasks] clock_skew_warn_s`` (and as news when
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from edge_agent.frames import failed_frame
@@ -31,8 +38,8 @@ from edge_agent.metrics import AgentMetrics
 from edge_agent.supervision import AgentThread, ErrorReport
 from edge_agent.task_runner import TaskRunner
 from faultfleet.clock import Clock
-from faultfleet.wire.codec import RejectReason, WireError
-from faultfleet.wire.messages import AnyTaskMessage
+from faultfleet.wire.codec import RejectReason, WireError, frame_header, parse_envelope
+from faultfleet.wire.messages import TASK_ADAPTER, AnyTaskMessage
 from faultfleet.wire.mqtt import MqttConnection
 
 logger = logging.getLogger(__name__)
@@ -40,11 +47,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReceivedTask:
-    """A task frame as queued: its bytes and when it arrived (monotonic and Unix seconds)."""
+    """A task frame as queued: its bytes, when it arrived (monotonic and Unix seconds) and
+    its task id (None when its header cannot be read)."""
 
     payload: bytes
     received_s: float
     received_at: float
+    task_id: str | None = None
 
 
 class TaskWorker:
@@ -66,6 +75,8 @@ class TaskWorker:
         Frames that may wait.
     clock_skew_warn_s : float, seconds
         Skew from which a warning is logged.
+    answers_kept : int
+        Latest answers kept to answer a repeated task again.
     """
 
     def __init__(
@@ -79,6 +90,7 @@ class TaskWorker:
         *,
         max_queued: int,
         clock_skew_warn_s: float,
+        answers_kept: int = 4,
     ) -> None:
         self.runner = runner
         self.agent_id = runner.agent_id
@@ -89,16 +101,70 @@ class TaskWorker:
         self.clock = clock
         self.clock_skew_warn_s = clock_skew_warn_s
         self.queue: queue.Queue[ReceivedTask] = queue.Queue(maxsize=max_queued)
+        self.answers_kept = answers_kept
         self._clock_skewed = False
         self._refusals_logged: set[RejectReason] = set()
+        self._lock = threading.Lock()
+        self._open: set[str] = set()
+        """Ids of the tasks queued or running."""
+        self._answers: OrderedDict[str, bytes] = OrderedDict()
+        """The latest answers by task id, oldest first."""
 
     def on_task(self, topic: str, payload: bytes) -> None:
-        """Network-thread handler: queue the frame, or answer it at once when full."""
-        received = ReceivedTask(payload, self.clock.monotonic(), self.clock.time())
+        """Network-thread handler: queue the frame, or answer it at once when full.
+
+        A task already queued, running or answered is not queued again (module docstring).
+        """
+        received = ReceivedTask(
+            payload, self.clock.monotonic(), self.clock.time(), self._task_id(payload)
+        )
+        if received.task_id is not None and self._repeated(received.task_id):
+            return
         try:
             self.queue.put_nowait(received)
         except queue.Full:
+            self._settled(received.task_id, None)
             self._refuse_busy(payload)
+
+    def _task_id(self, payload: bytes) -> str | None:
+        """The frame's task id, from its header alone; None for a frame the worker refuses."""
+        try:
+            header = frame_header(payload, max_bytes=self.runner.max_payload_bytes)
+            return parse_envelope(TASK_ADAPTER, header).task_id
+        except WireError:
+            return None
+
+    def _repeated(self, task_id: str) -> bool:
+        """Whether ``task_id`` was seen already (then answered again if it was answered);
+        otherwise it is marked open and False returned."""
+        with self._lock:
+            if task_id not in self._open and task_id not in self._answers:
+                self._open.add(task_id)
+                return False
+            answer = self._answers.get(task_id)
+        self.metrics.tasks_repeated.inc()
+        if answer is None:
+            logger.debug("%s: task %s repeated while it waits or runs", self.agent_id, task_id)
+            return True
+        logger.debug("%s: task %s repeated; sending its answer again", self.agent_id, task_id)
+        try:
+            self.connection.publish(self.results_topic, answer)
+        except (ValueError, RuntimeError) as error:
+            logger.error("%s: could not send the answer to %s: %s", self.agent_id, task_id, error)
+        return True
+
+    def _settled(self, task_id: str | None, answer: bytes | None) -> None:
+        """``task_id`` is no longer open; keep ``answer`` (if any) among the latest."""
+        if task_id is None:
+            return
+        with self._lock:
+            self._open.discard(task_id)
+            if answer is None or self.answers_kept == 0:
+                return
+            self._answers[task_id] = answer
+            self._answers.move_to_end(task_id)
+            while len(self._answers) > self.answers_kept:
+                self._answers.popitem(last=False)
 
     def _refuse_busy(self, payload: bytes) -> None:
         """Answer a frame that finds the queue full with ``task_failed`` (debug log only: a
@@ -131,7 +197,14 @@ class TaskWorker:
                 self.errors(AgentThread.TASKS, error)
 
     def answer(self, received: ReceivedTask) -> None:
-        """Parse, run and answer one frame."""
+        """Parse, run and answer one frame; its answer is kept for a repeat of the task."""
+        answer: bytes | None = None
+        try:
+            answer = self._answer(received)
+        finally:
+            self._settled(received.task_id, answer)
+
+    def _answer(self, received: ReceivedTask) -> bytes | None:
         try:
             task, body = self.runner.parse(received.payload)
         except WireError as error:
@@ -147,7 +220,7 @@ class TaskWorker:
                 error,
                 error.reason,
             )
-            return
+            return None
         self._note_skew(task, received.received_at)
         try:
             answer = self.runner.run(task, body, received.received_s)
@@ -162,6 +235,7 @@ class TaskWorker:
             logger.error(
                 "%s: could not send the answer to %s: %s", self.agent_id, task.task_id, error
             )
+        return answer.payload
 
     def _note_skew(self, task: AnyTaskMessage, received_at: float) -> None:
         """Report the skew between this agent's clock and the coordinator's: always on the

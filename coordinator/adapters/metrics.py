@@ -197,6 +197,12 @@ class CoordinatorMetrics:
             "each is tried again after run.retry_wait_s.",
             registry=reg,
         )
+        self.tasks_resent = Counter(
+            "faultfleet_tasks_resent_total",
+            "Tasks of the round in flight sent again, unanswered, when their agent's online "
+            "status arrived (after a broker restart or a reconnection).",
+            registry=reg,
+        )
         for state in AGENT_STATES:
             self.agents_by_state.labels(state=state).set(0)
         self.build_info = register_standard_metrics(reg)

@@ -10,7 +10,11 @@ after its round closed is counted late. Every accepted update goes to the
 counts, so a restarted coordinator loses none; probes and evaluations are not journaled.
 
 An agent that goes offline mid-round (its last will) fails its open tasks at once; one that
-just never answers fails at the deadline.
+just never answers fails at the deadline. One whose ``online`` status arrives mid-round gets
+its unanswered tasks again (:meth:`AnswerCollector.resend`): the broker may have lost them,
+or the answers, when it restarted — the agent reconnecting announces itself again, and a
+reconnecting coordinator receives every retained status anew. The agent answers a repeated
+task once (:mod:`edge_agent.task_worker`); a second answer is ignored as a duplicate.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
@@ -35,7 +40,7 @@ from faultfleet.wire.codec import (
     parse_envelope,
     split_frame,
 )
-from faultfleet.wire.messages import ANSWER_ADAPTER, TaskFailedMessage
+from faultfleet.wire.messages import ANSWER_ADAPTER, AnyTaskMessage, TaskFailedMessage
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
 
@@ -67,6 +72,8 @@ class AnswerCollector:
     round_clock : Clock
         Measures the round deadline (monotonic time) and waits for answers; the system
         clock by default.
+    clock : callable
+        Unix time in seconds: the ``issued_at`` of a task sent again.
     """
 
     def __init__(
@@ -81,6 +88,7 @@ class AnswerCollector:
         metrics: CoordinatorMetrics,
         max_payload_bytes: int,
         round_clock: Clock = SYSTEM_CLOCK,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.connection = connection
         self.topics = topics
@@ -91,9 +99,12 @@ class AnswerCollector:
         self.metrics = metrics
         self.max_payload_bytes = max_payload_bytes
         self.round_clock = round_clock
+        self.clock = clock
         self._lock = threading.Lock()
         self._answered = threading.Condition(self._lock)
         self._collection = Collection()
+        self._sent: dict[str, tuple[AnyTaskMessage, bytes]] = {}
+        """Header and body of every task of the round in flight that was published."""
         self._closed: deque[str] = deque(maxlen=_CLOSED_MEMORY)
         self._closed_set: set[str] = set()
         self._aborted = False
@@ -123,6 +134,8 @@ class AnswerCollector:
                 if pending.done:
                     continue
             payload = encode_frame(header, body)
+            with self._lock:
+                self._sent[pending.task_id] = (header, body)
             try:
                 bytes_down += self.connection.publish(self.topics.tasks(pending.agent_id), payload)
             except (ValueError, RuntimeError) as error:
@@ -136,6 +149,7 @@ class AnswerCollector:
                 self.round_clock.wait(self._answered, remaining_s)
             if self._aborted:
                 self._collection = Collection()
+                self._sent = {}
                 raise RoundAbortedError("the coordinator is stopping; the round was abandoned")
             # Updates that arrived in time but are still being journaled count for the round.
             self._answered.wait_for(lambda: not self._collection.writing(), timeout=60.0)
@@ -147,6 +161,7 @@ class AnswerCollector:
                     )
                 self._remember_closed(pending.task_id)
             self._collection = Collection()
+            self._sent = {}
         return collection, bytes_down
 
     def waiting_for(self) -> list[str]:
@@ -162,6 +177,41 @@ class AnswerCollector:
         with self._answered:
             self._aborted = True
             self._answered.notify_all()
+
+    def resend(self, agent_id: str) -> int:
+        """Publish again the tasks of ``agent_id`` in the round in flight still unanswered.
+
+        Called when the agent's ``online`` status arrives (network thread): after a broker
+        restart the tasks, or their answers, may be lost. Each goes out unchanged but for
+        its ``issued_at``, so its task id is the same. Returns the number sent.
+        """
+        with self._lock:
+            frames = [
+                self._sent[p.task_id]
+                for p in self._collection.pending.values()
+                if p.agent_id == agent_id
+                and not (p.done or p.journaling)
+                and p.task_id in self._sent
+            ]
+        sent = sent_bytes = 0
+        for header, body in frames:
+            again = encode_frame(header.model_copy(update={"issued_at": self.clock()}), body)
+            try:
+                sent_bytes += self.connection.publish(self.topics.tasks(agent_id), again)
+            except (ValueError, RuntimeError) as error:  # the first copy may still arrive
+                logger.warning("could not send task %s again: %s", header.task_id, error)
+                continue
+            sent += 1
+        if sent:
+            self.metrics.tasks_resent.inc(sent)
+            self.metrics.payload_sent_bytes.inc(sent_bytes)
+            logger.info(
+                "round %d: %s is online; sent its %d unanswered task(s) again",
+                frames[0][0].server_round,
+                agent_id,
+                sent,
+            )
+        return sent
 
     def agent_offline(self, agent_id: str) -> None:
         """Fail the open tasks of an agent that went offline, so the round need not wait."""

@@ -115,6 +115,7 @@ class MqttFleet(AnswerCollector):
             metrics=metrics,
             max_payload_bytes=max_payload_bytes,
             round_clock=round_clock,
+            clock=clock,
         )
 
     # -- Fleet protocol ------------------------------------------------------------------

@@ -2,7 +2,12 @@
 
 Agents publish a retained ``online`` status when they connect and the broker publishes
 their retained ``offline`` last will when they drop, so a coordinator that (re)connects
-learns the whole fleet at once from the retained messages.
+learns the whole fleet at once from the retained messages. An ``online`` status is
+reported (``on_online``) whether or not the agent was known to be offline: after a broker
+restart an agent that never went offline announces itself again (and a reconnecting
+coordinator receives the retained statuses again), and the coordinator sends it its
+unanswered tasks. Only the status an agent publishes after loading a new model (its
+``model_version`` changed) is not reported: it is no reconnection.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class AgentInfo:
     device: str
     retired: bool = False
     """The agent was taken out of service for good (until it comes online again)."""
+    model_version: int | None = None
+    """The model version it diagnoses with, as its last online status said."""
 
 
 class AgentRegistry:
@@ -37,10 +44,17 @@ class AgentRegistry:
         their retained status arrives.
     on_offline : callable, optional
         ``on_offline(agent_id)`` when an online agent goes offline (its last will fired).
+    on_online : callable, optional
+        ``on_online(agent_id)`` for every ``online`` status but one announcing a newly
+        loaded model: a (re)connection of the agent, or of the coordinator, which then
+        receives the retained statuses again.
     """
 
     def __init__(
-        self, known: Iterable[str] = (), on_offline: Callable[[str], None] | None = None
+        self,
+        known: Iterable[str] = (),
+        on_offline: Callable[[str], None] | None = None,
+        on_online: Callable[[str], None] | None = None,
     ) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -49,6 +63,7 @@ class AgentRegistry:
             for agent in known
         }
         self._on_offline = on_offline
+        self._on_online = on_online
 
     def update(self, status: AgentStatus) -> None:
         """Record ``status``; wakes anyone waiting in :meth:`wait_for`."""
@@ -65,10 +80,20 @@ class AgentRegistry:
                 else (previous.num_train_samples if previous else 0),
                 device=status.device if online else (previous.device if previous else ""),
                 retired=status.state == "retired",
+                model_version=status.model_version
+                if online
+                else (previous.model_version if previous else None),
             )
             self._changed.notify_all()
         if not online and previous is not None and previous.online and self._on_offline:
             self._on_offline(status.agent_id)
+        new_model = (
+            previous is not None
+            and previous.online
+            and previous.model_version != status.model_version
+        )
+        if online and not new_model and self._on_online:
+            self._on_online(status.agent_id)
 
     def trainers(self) -> list[str]:
         """Agents that can train (hold labelled data), online or not, sorted."""

@@ -19,6 +19,14 @@ strategy) and runs the loop:
    publishing the pins and rollbacks operators ask for (``faultfleet models``).
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``.
+
+The MQTT session is persistent (client id ``faultfleet-coordinator``), so the broker queues
+answers while the coordinator is away. A broker restart may still lose tasks or answers in
+flight: every agent's ``online`` status — which a reconnecting coordinator receives again as
+retained messages, and which a reconnecting agent publishes again — sends that agent's
+unanswered tasks of the round in flight once more
+(:meth:`~coordinator.adapters.mqtt_answers.AnswerCollector.resend`), so no round waits out
+its deadline for them.
 """
 
 from __future__ import annotations
@@ -131,7 +139,7 @@ class CoordinatorService:
         self.engine: RoundEngine | None = None
         self.publisher: ModelPublisher | None = None
         self.summary: RunSummary | None = None
-        self.registry = AgentRegistry(on_offline=self._agent_offline)
+        self.registry = AgentRegistry(on_offline=self._agent_offline, on_online=self._agent_online)
         self.labelled = LabelledCounts()
         self.campaigns = CampaignBook(
             CampaignStore(self.state_dir / "campaigns"),
@@ -188,6 +196,11 @@ class CoordinatorService:
     def _agent_offline(self, agent_id: str) -> None:
         if self.fleet is not None:
             self.fleet.agent_offline(agent_id)
+
+    def _agent_online(self, agent_id: str) -> None:
+        # After a broker restart the agent's tasks or answers may be lost: ask again.
+        if self.fleet is not None:
+            self.fleet.resend(agent_id)
 
     def _status(self, state: str) -> bytes:
         summary = self.summary

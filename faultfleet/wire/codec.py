@@ -99,6 +99,16 @@ def split_frame(payload: bytes, *, max_bytes: int) -> tuple[dict[str, Any], byte
     WireError
         OVERSIZED above ``max_bytes``; MALFORMED for anything that is not a frame.
     """
+    header, body_start = _frame_header(payload, max_bytes)
+    return header, payload[body_start:]
+
+
+def frame_header(payload: bytes, *, max_bytes: int) -> dict[str, Any]:
+    """The JSON header of a frame, without copying its body; raises as :func:`split_frame`."""
+    return _frame_header(payload, max_bytes)[0]
+
+
+def _frame_header(payload: bytes, max_bytes: int) -> tuple[dict[str, Any], int]:
     if len(payload) > max_bytes:
         raise WireError(
             RejectReason.OVERSIZED,
@@ -114,8 +124,7 @@ def split_frame(payload: bytes, *, max_bytes: int) -> tuple[dict[str, Any], byte
             RejectReason.MALFORMED,
             f"frame header of {length} bytes does not fit the {len(payload)}-byte message",
         )
-    header = load_json(payload[start : start + length], "frame header")
-    return header, payload[start + length :]
+    return load_json(payload[start : start + length], "frame header"), start + length
 
 
 def load_json(data: bytes, what: str) -> dict[str, Any]:

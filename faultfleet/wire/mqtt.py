@@ -7,7 +7,12 @@ what both services need: a retained last will, reconnection with exponential bac
 once with its reason (:mod:`faultfleet.wire.connect_failures`), a routing table whose
 subscriptions are renewed on every reconnect, payload size limits in both directions, and
 handlers that can never kill the network loop: an exception is logged with its topic,
-counted and reported, and the next message is handled as usual.
+counted and reported, and the next message is handled as usual. With
+``persistent_session`` the broker keeps the session across disconnections (MQTT 3.1.1
+``clean_session=False``; why not MQTT 5: :mod:`faultfleet.wire.mqtt_client`); QoS 1 messages
+published while disconnected wait in the client and go out after reconnecting, and
+:meth:`MqttConnection.publish_many` / :meth:`MqttConnection.wait_acknowledged` let a caller
+send a backlog in order, at least once.
 
 Handlers run on paho's network thread, one at a time, in arrival order. A handler must be
 quick (hand long work to another thread): while it runs no keep-alive is answered.
@@ -17,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -33,7 +37,7 @@ from faultfleet.wire.connect_failures import (
     describe_socket_error,
 )
 from faultfleet.wire.dispatch import ConnectionState, Dispatcher, Handler, PublishError, Will
-from faultfleet.wire.mqtt_client import FailureReportingClient, make_client
+from faultfleet.wire.mqtt_client import FailureReportingClient, Sender, make_client, wait_published
 from faultfleet.wire.settings import BrokerSettings
 
 logger = logging.getLogger(__name__)
@@ -106,9 +110,9 @@ class MqttConnection:
         self._failures = FailureLog(logger, self.broker_address, client_id)
         self._started = False
         self._stopped = False
-        self._closed = False
         self._network_thread: int | None = None
         self._client = self._make_client(will, persistent_session, reconnect_min_s, reconnect_max_s)
+        self._sender = Sender(self._client, client_id, settings, self.broker_address)
 
     def _make_client(
         self, will: Will | None, persistent: bool, reconnect_min_s: float, reconnect_max_s: float
@@ -200,7 +204,7 @@ class MqttConnection:
             The outgoing queue is full (the broker has been unreachable for a while).
         """
         data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
-        self._send(topic, data, retain=retain, qos=qos)
+        self._sender.send(topic, data, retain=retain, qos=qos)
         return len(data)
 
     def publish_wait(
@@ -218,13 +222,40 @@ class MqttConnection:
         """
         self._refuse_on_network_thread("publish_wait()")
         data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
-        info = self._send(topic, data, retain=retain, qos=1)
-        if not self._wait_published(info, timeout_s):
+        info = self._sender.send(topic, data, retain=retain, qos=1)
+        if not wait_published(info, timeout_s):
             raise TimeoutError(
                 f"broker {self.broker_address} did not acknowledge the message to {topic!r} "
                 f"within {timeout_s:.1f} s (connected: {self.connected}); it stays queued"
             )
         return len(data)
+
+    def publish_many(self, messages: Sequence[tuple[str, bytes, bool]], *, timeout_s: float) -> int:
+        """Publish ``(topic, payload, retain)`` messages in order with QoS 1 and wait for
+        the broker's acknowledgements.
+
+        Returns how many of them, counted from the first, were acknowledged within
+        ``timeout_s`` seconds; the others stay queued in the client (paho sends them again
+        after a reconnect). Not callable from a handler.
+
+        Raises
+        ------
+        ValueError, PublishError
+            As :meth:`publish`, for the first message that cannot be queued.
+        """
+        self._refuse_on_network_thread("publish_many()")
+        acknowledged = self._sender.send_all(messages, timeout_s)
+        return acknowledged.index(False) if False in acknowledged else len(acknowledged)
+
+    def wait_acknowledged(self, timeout_s: float) -> bool:
+        """Wait until the broker acknowledged every QoS 1 message published so far.
+
+        After a reconnect paho sends the unacknowledged ones again; a caller that must keep
+        its messages in order waits for them here before publishing newer ones. False after
+        ``timeout_s`` seconds. Not callable from a handler.
+        """
+        self._refuse_on_network_thread("wait_acknowledged()")
+        return self._sender.acknowledgements.wait(timeout_s)
 
     def stop(
         self, final: Sequence[tuple[str, bytes, bool]] = (), *, timeout_s: float = 5.0
@@ -242,59 +273,15 @@ class MqttConnection:
             self._stopped = True
             started = self._started
         if not started:
-            self._closed = True
+            self._sender.closed = True
             return
         try:
-            self._publish_final(final, timeout_s)
+            self._sender.send_final(final, timeout_s, connected=self.connected)
         finally:
-            self._closed = True
+            self._sender.closed = True
             self._client.disconnect()
             self._client.loop_stop()
             self._state.set(False)
-
-    def _publish_final(self, final: Sequence[tuple[str, bytes, bool]], timeout_s: float) -> None:
-        if not final:
-            return
-        if not self.connected:
-            topics = [topic for topic, _, _ in final]
-            logger.warning("broker %s unreachable: final %s not sent", self.broker_address, topics)
-            return
-        deadline = time.monotonic() + timeout_s
-        sent = [
-            (topic, self._send(topic, data, retain=retain, qos=1)) for topic, data, retain in final
-        ]
-        for topic, info in sent:
-            if not self._wait_published(info, max(deadline - time.monotonic(), 0.0)):
-                logger.warning(
-                    "no PUBACK for the final message to %s within %.1f s", topic, timeout_s
-                )
-
-    def _send(self, topic: str, data: bytes, *, retain: bool, qos: int) -> paho.MQTTMessageInfo:
-        if self._closed:
-            raise RuntimeError(f"cannot publish to {topic!r}: {self.client_id!r} was stopped")
-        limit = self.settings.max_payload_bytes
-        if len(data) > limit:
-            raise ValueError(
-                f"payload of {len(data)} bytes for topic {topic!r} exceeds "
-                f"broker.max_payload_bytes={limit}; send less or raise the limit on every "
-                "service and on the broker"
-            )
-        info = self._client.publish(topic, data, qos=qos, retain=retain)
-        if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
-            raise PublishError(
-                f"cannot publish to {topic!r}: {self._max_queued_messages} messages already wait "
-                f"for broker {self.broker_address} (connected: {self.connected}); restore the "
-                "broker connection or raise max_queued_messages"
-            )
-        if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
-            if qos == 0:
-                logger.debug("not connected: QoS 0 message to %s dropped", topic)
-            else:
-                # Queued by paho and sent after reconnecting; mark it pending, not failed.
-                info.rc = MQTTErrorCode.MQTT_ERR_SUCCESS
-        elif info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
-            raise PublishError(f"cannot publish to {topic!r}: {paho.error_string(info.rc)}")
-        return info
 
     def _refuse_on_network_thread(self, what: str) -> None:
         if threading.get_ident() == self._network_thread:
@@ -302,11 +289,6 @@ class MqttConnection:
                 f"{what} called from an MQTT handler would block the network thread that "
                 "receives the broker's answers; use publish() or hand the work to another thread"
             )
-
-    @staticmethod
-    def _wait_published(info: paho.MQTTMessageInfo, timeout_s: float) -> bool:
-        info.wait_for_publish(timeout=timeout_s)
-        return info.is_published()
 
     def _subscribe(self, topic_filter: str) -> None:
         # Called with the lock held, so on_subscribe cannot see the mid before it is recorded.

@@ -5,20 +5,39 @@ service's :class:`~faultfleet.wire.settings.BrokerSettings`: login, TLS, last wi
 and queue limits, reconnect backoff, and paho's log lines on ``faultfleet.wire.mqtt.paho``.
 :class:`FailureReportingClient` keeps the exception of the last failed connection try, which
 paho does not pass to ``on_connect_fail`` (:mod:`faultfleet.wire.connect_failures` turns it
-into the reason an operator reads). With :mod:`faultfleet.wire.mqtt`, the only modules that
-import paho.
+into the reason an operator reads). :class:`Sender` is every publish of the connection
+(size limit, full queue, a QoS 1 message queued while disconnected) and
+:class:`Acknowledgements` what it waits on. With :mod:`faultfleet.wire.mqtt`, the only modules
+that import paho.
+
+**Why MQTT 3.1.1 with ``clean_session=False``, not MQTT 5.** A persistent session is what
+lets the broker keep a service's subscriptions and queue its QoS 1 messages while it is
+away, and MQTT 3.1.1 has it. MQTT 5 would add a session expiry interval and message expiry
+(stale tasks discarded by the broker), and paho and Mosquitto speak it; but the embedded
+amqtt broker that the demo and the tests fall back to without Mosquitto accepts MQTT 3.1.1
+only (protocol level 4), and one protocol for every broker keeps the behaviour the same
+everywhere. A 3.1.1 session never expires on its own: the shipped Mosquitto configuration
+bounds it with ``persistent_client_expiration`` (docs/deploy.md). Client ids are stable
+(``faultfleet-coordinator``, ``faultfleet-agent-<agent id>``), so a restarted service takes
+up its own session again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
 from typing import cast
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-from faultfleet.wire.dispatch import Will
+from faultfleet.wire.dispatch import PublishError, Will
 from faultfleet.wire.settings import BrokerSettings
+
+logger = logging.getLogger("faultfleet.wire.mqtt")
 
 MAX_INFLIGHT_MESSAGES = 100
 
@@ -69,7 +88,8 @@ def make_client(
         Login (the password read from its file now), TLS files.
     will : Will, optional
     persistent_session : bool
-        ``clean_session=False``: the broker keeps subscriptions and queues QoS 1 messages.
+        ``clean_session=False``: the broker keeps subscriptions and queues QoS 1 messages
+        (see the module docstring for why MQTT 3.1.1).
     reconnect_s : (float, float), seconds
         First and largest delay of the reconnect backoff.
     max_queued_messages : int
@@ -97,3 +117,119 @@ def make_client(
     # paho annotates the delays as int but sleeps fractional seconds just as well.
     client.reconnect_delay_set(cast(int, reconnect_s[0]), cast(int, reconnect_s[1]))
     return client
+
+
+def wait_published(info: paho.MQTTMessageInfo, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` seconds for the broker's PUBACK; True once it arrived."""
+    info.wait_for_publish(timeout=max(timeout_s, 0.0))
+    return info.is_published()
+
+
+class Acknowledgements:
+    """The QoS 1 messages a connection sent that the broker has not acknowledged yet.
+
+    paho sends the unacknowledged ones again after a reconnect; :meth:`wait` lets a caller
+    that must keep its messages in order (the agent's diagnosis outbox) wait for them
+    before it sends newer ones.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: deque[paho.MQTTMessageInfo] = deque()
+
+    def add(self, info: paho.MQTTMessageInfo) -> None:
+        """Track ``info``; forgets the oldest ones already acknowledged."""
+        with self._lock:
+            while self._sent and self._sent[0].is_published():
+                self._sent.popleft()
+            self._sent.append(info)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until every message tracked so far is acknowledged; False after ``timeout_s``."""
+        with self._lock:
+            sent = list(self._sent)
+        deadline = time.monotonic() + timeout_s
+        return all(wait_published(info, deadline - time.monotonic()) for info in sent)
+
+
+class Sender:
+    """Every publish of one :class:`~faultfleet.wire.mqtt.MqttConnection`, with its rules.
+
+    The payload size limit; a full outgoing queue raised as :class:`PublishError`; a QoS 1
+    message published while disconnected kept by paho and sent after reconnecting (marked
+    pending, not failed), a QoS 0 one dropped; QoS 1 messages tracked until acknowledged.
+    """
+
+    def __init__(
+        self, client: paho.Client, client_id: str, settings: BrokerSettings, broker_address: str
+    ) -> None:
+        self.client = client
+        self.client_id = client_id
+        self.max_payload_bytes = settings.max_payload_bytes
+        self.broker_address = broker_address
+        self.acknowledgements = Acknowledgements()
+        self.closed = False
+        """Set once the connection stopped: every later publish raises RuntimeError."""
+
+    def send(self, topic: str, data: bytes, *, retain: bool, qos: int) -> paho.MQTTMessageInfo:
+        """``client.publish`` with the rules above.
+
+        Raises
+        ------
+        ValueError
+            The payload exceeds ``broker.max_payload_bytes``.
+        PublishError
+            paho's outgoing queue is full, or paho refused the message.
+        RuntimeError
+            The connection was stopped.
+        """
+        if self.closed:
+            raise RuntimeError(f"cannot publish to {topic!r}: {self.client_id!r} was stopped")
+        if len(data) > self.max_payload_bytes:
+            raise ValueError(
+                f"payload of {len(data)} bytes for topic {topic!r} exceeds "
+                f"broker.max_payload_bytes={self.max_payload_bytes}; send less or raise the "
+                "limit on every service and on the broker"
+            )
+        info = self.client.publish(topic, data, qos=qos, retain=retain)
+        if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            raise PublishError(
+                f"cannot publish to {topic!r}: {self.client.max_queued_messages} messages "
+                f"already wait for broker {self.broker_address} (connected: "
+                f"{self.client.is_connected()}); restore the broker connection or raise "
+                "max_queued_messages"
+            )
+        if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
+            if qos == 0:
+                logger.debug("not connected: QoS 0 message to %s dropped", topic)
+            else:
+                # Queued by paho and sent after reconnecting; mark it pending, not failed.
+                info.rc = MQTTErrorCode.MQTT_ERR_SUCCESS
+        elif info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise PublishError(f"cannot publish to {topic!r}: {paho.error_string(info.rc)}")
+        if qos > 0:
+            self.acknowledgements.add(info)
+        return info
+
+    def send_all(self, messages: Sequence[tuple[str, bytes, bool]], timeout_s: float) -> list[bool]:
+        """Send ``(topic, payload, retain)`` messages with QoS 1; whether each was
+        acknowledged within ``timeout_s`` seconds in all."""
+        deadline = time.monotonic() + timeout_s
+        sent = [self.send(t, bytes(p), retain=r, qos=1) for t, p, r in messages]
+        return [wait_published(info, deadline - time.monotonic()) for info in sent]
+
+    def send_final(
+        self, final: Sequence[tuple[str, bytes, bool]], timeout_s: float, *, connected: bool
+    ) -> None:
+        """The messages of a clean stop; each one not acknowledged in time is logged."""
+        if not final:
+            return
+        if not connected:
+            topics = [topic for topic, _, _ in final]
+            logger.warning("broker %s unreachable: final %s not sent", self.broker_address, topics)
+            return
+        for (topic, _, _), done in zip(final, self.send_all(final, timeout_s), strict=True):
+            if not done:
+                logger.warning(
+                    "no PUBACK for the final message to %s within %.1f s", topic, timeout_s
+                )

@@ -3,13 +3,15 @@
 :func:`start_broker` runs the broker as a child process listening on 127.0.0.1 and returns
 once a TCP connection to it succeeds. Both kinds are stopped the same way (SIGTERM, then
 SIGKILL), so a test that restarts the broker on the same port and folder exercises the
-clients' reconnect path against the real thing. Deployments run their own Mosquitto
-(``deploy/``); nothing here is meant for production.
+clients' reconnect path against the real thing; :meth:`RunningBroker.kill` ends it as a
+crash would (SIGKILL) and :meth:`RunningBroker.restart` brings it back on the same port and
+folder, with what Mosquitto persisted (:mod:`faultfleet_apps.brokers.mosquitto_conf`).
+Deployments run their own Mosquitto (``deploy/``); nothing here is meant for production.
 """
 
 from __future__ import annotations
 
-import getpass
+import functools
 import logging
 import shutil
 import signal
@@ -18,20 +20,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 from faultfleet.errors import UsageError
 from faultfleet.wire.settings import DEFAULT_MAX_PAYLOAD_BYTES
+from faultfleet_apps.brokers.mosquitto_conf import PUBLISH_HEADER_ROOM_BYTES, mosquitto_config
+
+__all__ = [
+    "PUBLISH_HEADER_ROOM_BYTES",
+    "BrokerError",
+    "RunningBroker",
+    "find_mosquitto",
+    "free_port",
+    "mosquitto_config",
+    "start_broker",
+]
 
 logger = logging.getLogger(__name__)
 
 BrokerKind = Literal["mosquitto", "amqtt"]
-
-PUBLISH_HEADER_ROOM_BYTES = 5 + 2 + 65_535 + 2
-"""Largest MQTT 3.1.1 PUBLISH overhead: fixed header, topic length, topic, packet id."""
 
 _MOSQUITTO_FALLBACKS = (Path("/usr/sbin/mosquitto"), Path("/usr/local/sbin/mosquitto"))
 _STOP_GRACE_S = 5.0
@@ -84,6 +94,7 @@ class RunningBroker:
         workdir: Path,
         log_paths: Sequence[Path],
         owned_tempdir: tempfile.TemporaryDirectory[str] | None = None,
+        respawn: Callable[[], tuple[subprocess.Popen[bytes], list[Path]]] | None = None,
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port
@@ -92,6 +103,7 @@ class RunningBroker:
         self._process = process
         self._log_paths = tuple(log_paths)
         self._owned_tempdir = owned_tempdir
+        self._respawn = respawn
 
     @property
     def running(self) -> bool:
@@ -135,6 +147,40 @@ class RunningBroker:
             self._owned_tempdir.cleanup()
             self._owned_tempdir = None
 
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash or the kernel's OOM killer would end it, and reap it.
+
+        It saves nothing on the way out: Mosquitto comes back from :meth:`restart` with
+        what its autosaves wrote (:mod:`faultfleet_apps.brokers.mosquitto_conf`), amqtt with
+        nothing. The folder stays, a temporary one too, until :meth:`stop`.
+        """
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+
+    def restart(self, startup_timeout_s: float = 15.0) -> None:
+        """Start the broker again, on the same port, folder and configuration.
+
+        Returns once it accepts TCP connections.
+
+        Raises
+        ------
+        BrokerError
+            It still runs, its temporary folder was removed by :meth:`stop`, or it did not
+            start (the message ends with its log tail).
+        """
+        if self.running:
+            raise BrokerError(f"{self!r} still runs; kill() or stop() it before restart()")
+        if self._respawn is None or not self.workdir.is_dir():
+            raise BrokerError(
+                f"{self!r} cannot restart: its folder is gone; start it with a workdir "
+                "to restart it after stop()"
+            )
+        self._process, log_paths = self._respawn()
+        self._log_paths = tuple(log_paths)
+        _wait_listening(self, startup_timeout_s)
+        logger.info("%s broker restarted on 127.0.0.1:%d", self.kind, self.port)
+
     def __enter__(self) -> RunningBroker:
         return self
 
@@ -151,49 +197,6 @@ class RunningBroker:
         return (
             f"RunningBroker(kind={self.kind!r}, port={self.port}, {state}, workdir={self.workdir})"
         )
-
-
-def mosquitto_config(
-    *,
-    port: int,
-    workdir: Path,
-    max_payload_bytes: int,
-    persistence: bool,
-    extra_config: Sequence[str] = (),
-) -> str:
-    """Text of a ``mosquitto.conf``: listen on 127.0.0.1:``port``, keep files in ``workdir``.
-
-    Anonymous access is allowed unless ``extra_config`` sets ``allow_anonymous`` or
-    ``password_file`` itself. ``message_size_limit`` is ``max_payload_bytes`` (larger
-    messages are dropped) and ``max_packet_size`` that plus the PUBLISH header room (a
-    client sending a larger packet is disconnected).
-    """
-    extra = [line.strip() for line in extra_config]
-    sets_auth = any(line.startswith(("allow_anonymous", "password_file")) for line in extra)
-    sets_user = any(line.startswith("user ") for line in extra)
-    lines = [f"listener {port} 127.0.0.1"]
-    if not sets_auth:
-        lines.append("allow_anonymous true")
-    if not sets_user:
-        # Started as root, mosquitto switches to the "mosquitto" user, which cannot write
-        # to the caller's folder; as anyone else it ignores this line.
-        lines.append(f"user {getpass.getuser()}")
-    if persistence:
-        lines += ["persistence true", f"persistence_location {workdir}/"]
-    else:
-        lines.append("persistence false")
-    lines += [
-        f"message_size_limit {max_payload_bytes}",
-        f"max_packet_size {max_payload_bytes + PUBLISH_HEADER_ROOM_BYTES}",
-        "max_queued_messages 10000",
-        f"log_dest file {workdir / 'mosquitto.log'}",
-        "log_type error",
-        "log_type warning",
-        "log_type notice",
-        "log_type information",
-        *extra,
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def start_broker(
@@ -223,7 +226,8 @@ def start_broker(
     max_payload_bytes : int, bytes
         Largest PUBLISH payload the broker accepts.
     persistence : bool
-        Mosquitto saves sessions and retained messages in ``workdir`` on exit; amqtt keeps
+        Mosquitto saves sessions, subscriptions, retained and queued messages in
+        ``workdir`` after every change and on exit, so they survive a SIGKILL; amqtt keeps
         them in memory only.
     startup_timeout_s : float, seconds
         How long to wait for the port to accept connections.
@@ -258,11 +262,24 @@ def start_broker(
     attempts = _PICKED_PORT_ATTEMPTS if port is None else 1
     for attempt in range(1, attempts + 1):
         chosen_port = free_port() if port is None else port
-        process, log_paths = _spawn(
-            kind, mosquitto, chosen_port, folder, extra_config, max_payload_bytes, persistence
+        respawn = functools.partial(
+            _spawn,
+            kind,
+            mosquitto,
+            chosen_port,
+            folder,
+            tuple(extra_config),
+            max_payload_bytes,
+            persistence,
         )
+        process, log_paths = respawn()
         broker = RunningBroker(
-            process=process, port=chosen_port, kind=kind, workdir=folder, log_paths=log_paths
+            process=process,
+            port=chosen_port,
+            kind=kind,
+            workdir=folder,
+            log_paths=log_paths,
+            respawn=respawn,
         )
         try:
             _wait_listening(broker, startup_timeout_s)

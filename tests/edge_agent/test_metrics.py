@@ -28,6 +28,9 @@ DESIGN_METRICS = {
     "faultfleet_thread_restarts_total": "counter",
     "faultfleet_diagnosis_log_failures_total": "counter",
     "faultfleet_broker_connected": "gauge",
+    "faultfleet_outbox_diagnoses": "gauge",
+    "faultfleet_diagnoses_dropped_total": "counter",
+    "faultfleet_tasks_repeated_total": "counter",
 }
 CLASSES = ("healthy", "inner_race", "outer_race")
 

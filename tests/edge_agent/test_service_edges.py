@@ -19,6 +19,7 @@ from edge_agent.settings import AgentSettings, SigningSettings
 from edge_agent.sources import Window
 from faultfleet.models.zoo import build_model
 from faultfleet.wire.messages import Diagnosis
+from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.signing import SigningKey
 from tests.faultfleet.scrape import value
 
@@ -44,7 +45,9 @@ def exported() -> ExportedModel:
     return export_model(build_model("compact", SHAPE, len(MODEL_CLASSES), seed=0), SHAPE)
 
 
-def _agent(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[AgentService, list[Any]]:
+def _agent(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, *, connected: bool = True
+) -> tuple[AgentService, list[Any]]:
     settings = AgentSettings(
         agent_id="m07",
         device="cpu",
@@ -56,6 +59,8 @@ def _agent(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[AgentServi
     monkeypatch.setattr(
         agent.connection, "publish", lambda topic, payload, **_: published.append(payload)
     )
+    # Connected as far as the agent can tell: diagnoses are published, not kept in the outbox.
+    monkeypatch.setattr(MqttConnection, "connected", property(lambda self: connected))
     return agent, published
 
 
@@ -77,7 +82,7 @@ def test_a_full_disk_stops_the_log_not_the_published_diagnoses(
     agent.diagnoser.load(exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="c0")
 
     # Execute
-    with caplog.at_level(logging.ERROR, logger="edge_agent.service"):
+    with caplog.at_level(logging.ERROR, logger="edge_agent.diagnosis_delivery"):
         for index in range(3):
             agent._diagnose_safely(_window(index))
 
@@ -89,6 +94,27 @@ def test_a_full_disk_stops_the_log_not_the_published_diagnoses(
     (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert "cannot write the diagnosis log" in error.getMessage()
     assert "No space left on device" in error.getMessage()
+
+
+def test_diagnoses_made_while_disconnected_wait_in_the_outbox_across_a_restart(
+    tmp_path: Path, exported: ExportedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: an agent the broker cannot reach
+    agent, published = _agent(tmp_path, monkeypatch, connected=False)
+    agent.diagnoser.load(exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="c0")
+
+    # Execute: three windows, then the agent stops and starts again
+    for index in range(3):
+        agent._diagnose_safely(_window(index))
+    agent.delivery.close()
+    again, _ = _agent(tmp_path, monkeypatch, connected=False)
+
+    # Assert: nothing published, all three logged and waiting, in order, after the restart
+    assert published == []
+    assert len(agent.log.recent(10)) == 3
+    waiting = again.delivery.outbox.take(10).records
+    assert [Diagnosis.model_validate_json(r).origin for r in waiting] == ["w0", "w1", "w2"]
+    assert value(again.metrics.registry, "faultfleet_outbox_diagnoses") == 3.0
 
 
 def test_a_restarted_agent_names_diagnoses_after_its_saved_models_classes(

@@ -59,6 +59,7 @@ class Harness:
             self.clock,
             max_queued=limits.get("max_queued", 16),
             clock_skew_warn_s=limits.get("clock_skew_warn_s", 30.0),
+            answers_kept=limits.get("answers_kept", 4),
         )
 
     def _record(self, topic: str, payload: bytes, **_: Any) -> int:
@@ -172,3 +173,94 @@ def test_a_task_received_long_ago_fails_on_its_duration(
     (late,) = harness.answers()
     assert isinstance(late, TaskFailedMessage)
     assert "waited 90.0 s in the agent's queue, deadline 60 s" in late.reason
+
+
+class CountingRuns:
+    """Wraps the runner's ``run`` and counts the tasks it really computes."""
+
+    def __init__(self, harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.task_ids: list[str] = []
+        real_run = harness.runner.run
+
+        def run(task: Any, body: bytes, received_s: float | None = None) -> Any:
+            self.task_ids.append(task.task_id)
+            return real_run(task, body, received_s)
+
+        monkeypatch.setattr(harness.runner, "run", run)
+
+
+def test_a_task_repeated_while_it_waits_is_run_and_answered_once(
+    data: ClientData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare
+    harness = Harness(data, monkeypatch)
+    runs = CountingRuns(harness, monkeypatch)
+
+    # Execute: the coordinator sends task-1 again before the worker got to it
+    harness.worker.on_task("tasks", _payload("task-1"))
+    harness.worker.on_task("tasks", _payload("task-1", issued_at=NOW + 5.0))
+    harness.drain()
+
+    # Assert
+    assert runs.task_ids == ["task-1"]
+    assert [a.task_id for a in harness.answers()] == ["task-1"]
+    assert harness.metric("faultfleet_tasks_repeated_total") == 1.0
+
+
+def test_a_task_repeated_after_its_answer_gets_the_same_answer_without_running(
+    data: ClientData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: task-1 answered (the broker then lost the answer)
+    harness = Harness(data, monkeypatch)
+    runs = CountingRuns(harness, monkeypatch)
+    harness.worker.on_task("tasks", _payload("task-1"))
+    harness.drain()
+
+    # Execute: sent again after a broker restart
+    harness.worker.on_task("tasks", _payload("task-1", issued_at=NOW + 5.0))
+    harness.drain()
+
+    # Assert: the very same answer, published twice, computed once
+    (first, again) = [payload for _, payload in harness.published]
+    assert again == first
+    assert runs.task_ids == ["task-1"]
+    assert harness.metric("faultfleet_tasks_repeated_total") == 1.0
+
+
+def test_a_repeated_task_whose_answer_is_no_longer_kept_runs_again(
+    data: ClientData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: one answer kept; task-1's pushed out by task-2's
+    harness = Harness(data, monkeypatch, answers_kept=1)
+    runs = CountingRuns(harness, monkeypatch)
+    for task_id in ("task-1", "task-2"):
+        harness.worker.on_task("tasks", _payload(task_id))
+    harness.drain()
+
+    # Execute
+    harness.worker.on_task("tasks", _payload("task-1"))
+    harness.worker.on_task("tasks", _payload("task-2"))
+    harness.drain()
+
+    # Assert: task-1 ran again, task-2 came from memory
+    assert runs.task_ids == ["task-1", "task-2", "task-1"]
+    assert [a.task_id for a in harness.answers()] == ["task-1", "task-2", "task-2", "task-1"]
+    assert all(isinstance(a, FitUpdateMessage) for a in harness.answers())
+
+
+def test_a_repeat_arriving_at_a_full_queue_is_not_refused(
+    data: ClientData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: the queue is full of task-1 and task-2
+    harness = Harness(data, monkeypatch, max_queued=2)
+    for task_id in ("task-1", "task-2"):
+        harness.worker.on_task("tasks", _payload(task_id))
+
+    # Execute: task-1 again; then both run
+    harness.worker.on_task("tasks", _payload("task-1"))
+    harness.drain()
+
+    # Assert: no task_failed for the waiting task-1, no queue-full refusal
+    assert [a.task_id for a in harness.answers()] == ["task-1", "task-2"]
+    assert all(isinstance(a, FitUpdateMessage) for a in harness.answers())
+    assert harness.metric("faultfleet_tasks_queue_full_total") == 0.0

@@ -111,12 +111,13 @@ def running_agents(
     windows_per_client: tuple[int, int] = (40, 60),
     interval_s: float = 0.05,
     clock: Clock = SYSTEM_CLOCK,
+    adjust: Callable[[AgentSettings], AgentSettings] | None = None,
 ) -> Iterator[list[AgentService]]:
     """Simulated machines as agents ``m00``, ``m01``, … in threads of this process.
 
     Built the way ``faultfleet agent --machines`` builds them: one source per machine,
-    shared metrics and one compute lock; ``clock`` is every agent's. Stopped (clean
-    ``offline`` status) on exit.
+    shared metrics and one compute lock; ``clock`` is every agent's; ``adjust`` may change
+    each agent's settings. Stopped (clean ``offline`` status) on exit.
     """
     sources_settings = SourceSettings(
         machine_index=0, clients_per_group=clients_per_group, windows_per_client=windows_per_client
@@ -134,6 +135,8 @@ def running_agents(
         )
         for index in machines
     ]
+    if adjust is not None:
+        configs = [adjust(config) for config in configs]
     sources = [build_source(c.source, c.diagnosis.interval_s, ()) for c in configs]
     metrics = AgentMetrics(class_names=sources[0].class_names)
     compute_lock = ComputeTurns()

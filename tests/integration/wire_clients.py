@@ -56,10 +56,20 @@ CONNECT_TIMEOUT_S = 30.0
 
 
 def connect(
-    client_id: str, settings: BrokerSettings, routes: Mapping[str, Handler]
+    client_id: str,
+    settings: BrokerSettings,
+    routes: Mapping[str, Handler],
+    *,
+    persistent_session: bool = False,
+    on_connection_change: Callable[[bool], None] | None = None,
 ) -> MqttConnection:
     """A started connection with ``routes`` (topic filter → handler), subscribed."""
-    connection = MqttConnection(client_id=client_id, settings=settings)
+    connection = MqttConnection(
+        client_id=client_id,
+        settings=settings,
+        persistent_session=persistent_session,
+        on_connection_change=on_connection_change,
+    )
     for topic_filter, handler in routes.items():
         connection.route(topic_filter, handler)
     connection.start()
@@ -78,12 +88,21 @@ class Seen:
 
 
 class Recorder:
-    """Every message under the topic root, in arrival order."""
+    """Every message under the topic root, in arrival order.
 
-    def __init__(self, settings: BrokerSettings) -> None:
+    With ``persistent_session`` the broker keeps its subscription while it is away and
+    queues what it misses (it must have persisted the session: a broker restart).
+    """
+
+    def __init__(self, settings: BrokerSettings, *, persistent_session: bool = False) -> None:
         self._lock = threading.Lock()
         self._messages: list[Seen] = []
-        self.connection = connect("test-recorder", settings, {f"{TOPICS.root}/#": self._keep})
+        self.connection = connect(
+            "test-recorder",
+            settings,
+            {f"{TOPICS.root}/#": self._keep},
+            persistent_session=persistent_session,
+        )
 
     def _keep(self, topic: str, payload: bytes) -> None:
         with self._lock:
@@ -146,6 +165,9 @@ class FakeAgents:
     agent_ids : iterable of str
         Announced online (retained status, able to train).
     policy : AnswerPolicy
+    like_agents : bool
+        Behave like real agents across broker restarts: a persistent session, and the
+        online statuses published again on every reconnection.
     """
 
     def __init__(
@@ -153,6 +175,8 @@ class FakeAgents:
         settings: BrokerSettings,
         agent_ids: Iterable[str],
         policy: AnswerPolicy = answer_at_once,
+        *,
+        like_agents: bool = False,
     ) -> None:
         self.agent_ids = list(agent_ids)
         self.policy = policy
@@ -160,16 +184,33 @@ class FakeAgents:
         self.received: list[ReceivedTask] = []
         self._timers: list[threading.Timer] = []
         self._sizes: dict[ModelSpec, int] = {}
+        self._started = False
         self.connection = connect(
-            "test-fake-agents", settings, {f"{TOPICS.root}/agents/+/tasks": self._on_task}
+            "test-fake-agents",
+            settings,
+            {f"{TOPICS.root}/agents/+/tasks": self._on_task},
+            persistent_session=like_agents,
+            on_connection_change=self._reconnected if like_agents else None,
         )
         for agent_id in self.agent_ids:
-            status = AgentStatus(
-                agent_id=agent_id, state="online", can_train=True, num_train_samples=10
-            )
             self.connection.publish_wait(
-                TOPICS.agent_status(agent_id), status.model_dump_json(), retain=True
+                TOPICS.agent_status(agent_id), self._status(agent_id), retain=True
             )
+        self._started = True
+
+    @staticmethod
+    def _status(agent_id: str) -> bytes:
+        status = AgentStatus(
+            agent_id=agent_id, state="online", can_train=True, num_train_samples=10
+        )
+        return status.model_dump_json().encode()
+
+    def _reconnected(self, connected: bool) -> None:
+        if connected and self._started:  # the first connection announces in __init__
+            for agent_id in self.agent_ids:
+                self.connection.publish(
+                    TOPICS.agent_status(agent_id), self._status(agent_id), retain=True
+                )
 
     def fit_tasks(self, agent_id: str, server_round: int | None = None) -> list[ReceivedTask]:
         """Fit tasks ``agent_id`` received (of ``server_round`` only, if given)."""

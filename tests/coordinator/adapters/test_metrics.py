@@ -25,6 +25,7 @@ DESIGN_METRICS = {
     "faultfleet_agents_registered": "gauge",
     "faultfleet_agents_by_state": "gauge",
     "faultfleet_rounds_without_quorum_total": "counter",
+    "faultfleet_tasks_resent_total": "counter",
     "faultfleet_build_info": "gauge",
     "faultfleet_clusters": "gauge",
     "faultfleet_federation_agents": "gauge",

@@ -191,3 +191,20 @@ def test_a_retired_agent_is_offline_and_listed_until_it_comes_back() -> None:
     assert registry.retired() == []
     assert registry.online_trainers() == ["m01"]
     assert gone.calls == ["m01", "m02"]
+
+
+def test_every_online_status_but_a_new_models_is_reported_online() -> None:
+    # Prepare
+    reported = OfflineLog()
+    registry = AgentRegistry(on_online=reported)
+
+    # Execute: first status; the same again (a reconnection, or the retained status
+    # delivered anew); the status after loading model 3; offline; online again
+    registry.update(online("m01"))
+    registry.update(online("m01"))
+    registry.update(online("m01").model_copy(update={"model_version": 3}))
+    registry.update(offline("m01"))
+    registry.update(online("m01").model_copy(update={"model_version": 3}))
+
+    # Assert: the first status and both reconnections, not the model announcement
+    assert reported.calls == ["m01", "m01", "m01"]

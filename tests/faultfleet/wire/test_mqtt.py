@@ -327,3 +327,60 @@ def test_publish_wait_times_out_while_the_broker_is_down() -> None:
         assert not connection.connected
     finally:
         connection.stop()
+
+
+def test_publish_many_sends_in_order_and_counts_the_acknowledged(connect: Connect) -> None:
+    # Prepare
+    inbox = Inbox()
+    receiver = connect("many-receiver", start=False)
+    receiver.route("ff/many/#", inbox)
+    receiver.start()
+    assert receiver.wait_subscribed(TIMEOUT_S)
+    sender = connect("many-sender")
+    messages = [(f"ff/many/{index}", f"m{index}".encode(), False) for index in range(5)]
+
+    # Execute
+    acknowledged = sender.publish_many(messages, timeout_s=TIMEOUT_S)
+
+    # Assert
+    assert acknowledged == 5
+    assert inbox.wait_for(5)
+    assert inbox.payloads == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+
+
+def test_publish_many_without_a_broker_acknowledges_none() -> None:
+    connection = MqttConnection(client_id="alone", settings=BrokerSettings(port=free_port()))
+    connection.start()
+    try:
+        acknowledged = connection.publish_many([("ff/alone", b"x", False)], timeout_s=0.2)
+    finally:
+        connection.stop()
+
+    assert acknowledged == 0
+
+
+def test_messages_sent_while_a_killed_broker_is_down_are_acknowledged_after_it_returns(
+    broker: RunningBroker, connect: Connect
+) -> None:
+    # Prepare: a persistent receiver, subscribed (and saved by the broker)
+    inbox = Inbox()
+    receiver = connect("outage-receiver", start=False, persistent_session=True)
+    receiver.route("ff/outage/#", inbox)
+    receiver.start()
+    assert receiver.wait_subscribed(TIMEOUT_S)
+    sender = connect("outage-sender")
+    sender.publish_wait("ff/outage/0", b"before")
+
+    # Execute: SIGKILL, two messages while it is down, then the broker comes back
+    broker.kill()
+    assert _wait_until(lambda: not sender.connected and not receiver.connected)
+    sender.publish("ff/outage/1", b"during 1")
+    sender.publish("ff/outage/2", b"during 2")
+    acknowledged_while_down = sender.wait_acknowledged(0.2)
+    broker.restart()
+
+    # Assert
+    assert not acknowledged_while_down
+    assert sender.wait_acknowledged(TIMEOUT_S)
+    assert inbox.wait_for(3)
+    assert inbox.payloads == [b"before", b"during 1", b"during 2"]

@@ -1,0 +1,224 @@
+"""Getting every diagnosis out: published while connected, kept on disk while not, logged.
+
+:class:`DiagnosisDelivery` takes each diagnosis from the agent's diagnosis thread:
+
+1. **Publish.** While the broker connection is up and nothing waits in the outbox, the
+   diagnosis is published at once with QoS 1 on ``agents/{id}/diagnoses``; one the broker
+   has not acknowledged when the connection drops is sent again by the MQTT client after
+   reconnecting.
+2. **Keep.** While the connection is down (or diagnoses made during an outage still wait),
+   it goes to the bounded on-disk outbox (:class:`~edge_agent.outbox.DiagnosisOutbox`,
+   ``[diagnosis] outbox_max_diagnoses``), so that it keeps its place in line; the oldest
+   beyond the bound are dropped and counted on ``faultfleet_diagnoses_dropped_total``.
+3. **Log.** Then it is appended to the local log. A full disk stops the log (counted on
+   ``faultfleet_diagnosis_log_failures_total``), never the publishing, which comes first.
+
+The outbox thread (:meth:`DiagnosisDelivery.run`) sends what the outbox holds once the
+connection is back: it first waits until the broker acknowledged the messages sent before
+the outage (the MQTT client sends those again by itself), then sends the outbox oldest first
+in batches with QoS 1, removing each batch once acknowledged. Delivery is at least once:
+after a crash between an acknowledgement and its removal a few diagnoses may arrive twice
+(their ``timestamp`` and ``window_index`` tell; the index restarts with the agent). The
+outbox survives an agent restart and is sent after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from edge_agent.diagnosis_log import DiagnosisLog
+from edge_agent.metrics import AgentMetrics
+from edge_agent.outbox import DiagnosisOutbox, OutboxDrop
+from faultfleet.clock import SYSTEM_CLOCK, Clock
+from faultfleet.wire.messages import Diagnosis
+from faultfleet.wire.mqtt import MqttConnection, PublishError
+
+logger = logging.getLogger(__name__)
+
+BATCH = 100
+"""Diagnoses sent from the outbox per batch, before waiting for their acknowledgements."""
+
+
+class DiagnosisDelivery:
+    """Publishes, keeps and logs one agent's diagnoses.
+
+    Parameters
+    ----------
+    agent_id : str
+    connection : MqttConnection
+    topic : str
+        The agent's diagnoses topic.
+    log : DiagnosisLog
+    outbox : DiagnosisOutbox
+    metrics : AgentMetrics
+    publish : bool
+        ``[diagnosis] publish``: when False, diagnoses are only logged.
+    on_error : callable, optional
+        Receives an exception the outbox thread caught (the agent counts and logs it); the
+        thread carries on.
+    clock : Clock
+        Paces the outbox thread's checks.
+    ack_timeout_s : float, seconds
+        How long the outbox thread waits for the acknowledgements of a batch.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        connection: MqttConnection,
+        topic: str,
+        log: DiagnosisLog,
+        outbox: DiagnosisOutbox,
+        metrics: AgentMetrics,
+        *,
+        publish: bool = True,
+        on_error: Callable[[Exception], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        ack_timeout_s: float = 10.0,
+    ) -> None:
+        self.agent_id = agent_id
+        self.connection = connection
+        self.topic = topic
+        self.log = log
+        self.outbox = outbox
+        self.metrics = metrics
+        self.publish = publish
+        self.on_error = on_error or (lambda error: logger.exception("outbox", exc_info=error))
+        self.clock = clock
+        self.ack_timeout_s = ack_timeout_s
+        self._wake = threading.Event()
+        self._handed_over = 0
+        """Outbox records before this index were given to the MQTT client, some not
+        acknowledged when the connection dropped: the client sends those again itself."""
+        self._log_failing = False
+        self._outbox_failing = False
+        self._report_outbox()
+
+    def deliver(self, diagnosis: Diagnosis) -> None:
+        """Publish (or keep) ``diagnosis``, then write it to the local log.
+
+        Raises
+        ------
+        ValueError, RuntimeError
+            It could not be published nor kept (too large, the connection stopped); it is
+            still logged first.
+        """
+        try:
+            if self.publish:
+                self._publish_or_keep(diagnosis.model_dump_json().encode())
+        finally:
+            self._write_log(diagnosis)
+
+    def connection_changed(self, connected: bool) -> None:
+        """Network thread: wake the outbox thread when the connection is back."""
+        if connected:
+            self._wake.set()
+
+    def _publish_or_keep(self, payload: bytes) -> None:
+        if self.connection.connected and self.outbox.waiting() == 0:
+            try:
+                self.connection.publish(self.topic, payload, qos=1)
+            except PublishError as error:  # the client's queue is full: keep it on disk
+                logger.debug("%s: %s; the diagnosis goes to the outbox", self.agent_id, error)
+            else:
+                return
+        try:
+            self.outbox.append(payload)
+        except OSError as error:
+            self.metrics.diagnoses_lost(OutboxDrop.UNWRITABLE)
+            if not self._outbox_failing:
+                logger.error(
+                    "%s: cannot write the outbox %s (%s); diagnoses made while the broker is "
+                    "unreachable are lost until it can be written again "
+                    "(faultfleet_diagnoses_dropped_total{reason=unwritable} counts them)",
+                    self.agent_id,
+                    self.outbox.folder,
+                    error,
+                )
+            self._outbox_failing = True
+            return
+        if self._outbox_failing:
+            logger.info("%s: the outbox is written again", self.agent_id)
+            self._outbox_failing = False
+        self._report_outbox()
+
+    def _report_outbox(self) -> None:
+        self.metrics.outbox_diagnoses.set(len(self.outbox))
+
+    # -- the outbox thread -----------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Send the outbox whenever the connection is up, until ``stop`` is set."""
+        while not stop.is_set():
+            if self.connection.connected and len(self.outbox) > 0:
+                try:
+                    self._drain(stop)
+                except Exception as error:  # a failing disk, a bug: counted, tried again
+                    self.on_error(error)
+            self.clock.wait(self._wake, 0.5)
+            self._wake.clear()
+
+    def _drain(self, stop: threading.Event) -> None:
+        """Send the outbox, oldest first, while connected; the diagnoses sent."""
+        # Messages sent before the outage are older: let the client deliver them first.
+        if not self.connection.wait_acknowledged(self.ack_timeout_s):
+            return
+        self.outbox.acknowledged(self._handed_over)  # the client sent them after reconnecting
+        sent = 0
+        while not stop.is_set() and self.connection.connected:
+            batch = self.outbox.take(BATCH)
+            if not batch.records:
+                break
+            messages = [(self.topic, record, False) for record in batch.records]
+            try:
+                acknowledged = self.connection.publish_many(messages, timeout_s=self.ack_timeout_s)
+            except Exception:
+                self.outbox.release(batch.start)  # perhaps not handed over: take them again
+                raise
+            self._handed_over = batch.end
+            self.outbox.acknowledged(batch.start + acknowledged)
+            sent += acknowledged
+            self._report_outbox()
+            if acknowledged < len(batch.records):  # the connection dropped, or the broker lags
+                break
+        if sent:
+            logger.info(
+                "%s: sent %d diagnoses kept while the broker was unreachable; %d still wait",
+                self.agent_id,
+                sent,
+                len(self.outbox),
+            )
+
+    def close(self) -> None:
+        """Close the outbox (what waits stays for the next start) and the local log."""
+        self.outbox.close()
+        try:
+            self.log.close()
+        except OSError as error:  # the last lines could not be flushed: a full disk
+            logger.warning("%s: closing the diagnosis log: %s", self.agent_id, error)
+
+    # -- the local log ---------------------------------------------------------------------
+
+    def _write_log(self, diagnosis: Diagnosis) -> None:
+        """Append to the local log; a failing disk is counted and logged when it starts
+        and when it ends, and never stops diagnosis or publishing."""
+        try:
+            self.log.append(diagnosis.model_dump())
+        except OSError as error:
+            self.metrics.diagnosis_log_failures.inc()
+            if not self._log_failing:
+                logger.error(
+                    "%s: cannot write the diagnosis log %s (%s); diagnoses are still "
+                    "published, free disk space to keep them locally "
+                    "(faultfleet_diagnosis_log_failures_total counts the ones missed)",
+                    self.agent_id,
+                    self.log.path,
+                    error,
+                )
+            self._log_failing = True
+            return
+        if self._log_failing:
+            logger.info("%s: the diagnosis log is written again", self.agent_id)
+            self._log_failing = False
