@@ -117,7 +117,9 @@ class DiagnosisDelivery:
             self._wake.set()
 
     def _publish_or_keep(self, payload: bytes) -> None:
-        if self.connection.connected and self.outbox.waiting() == 0:
+        # Published at once only when the outbox is empty, in flight included: a batch the
+        # outbox thread has taken but not handed to the client yet is older than this one.
+        if self.connection.connected and len(self.outbox) == 0:
             try:
                 self.connection.publish(self.topic, payload, qos=1)
             except PublishError as error:  # the client's queue is full: keep it on disk

@@ -117,6 +117,28 @@ def test_diagnoses_made_while_disconnected_wait_in_the_outbox_across_a_restart(
     assert value(again.metrics.registry, "faultfleet_outbox_diagnoses") == 3.0
 
 
+def test_a_diagnosis_made_while_the_outbox_sends_a_batch_waits_behind_it(
+    tmp_path: Path, exported: ExportedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: two diagnoses kept during an outage; back online, the outbox thread has taken
+    # them for sending but not handed them to the client yet
+    agent, published = _agent(tmp_path, monkeypatch, connected=False)
+    agent.diagnoser.load(exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="c0")
+    for index in range(2):
+        agent._diagnose_safely(_window(index))
+    in_flight = agent.delivery.outbox.take(10)
+    monkeypatch.setattr(MqttConnection, "connected", property(lambda self: True))
+
+    # Execute: a new window is diagnosed meanwhile
+    agent._diagnose_safely(_window(2))
+
+    # Assert: it is not published ahead of the batch but kept behind it, in order
+    assert published == []
+    agent.delivery.outbox.acknowledged(in_flight.end)
+    waiting = agent.delivery.outbox.take(10).records
+    assert [Diagnosis.model_validate_json(r).origin for r in waiting] == ["w2"]
+
+
 def test_a_restarted_agent_names_diagnoses_after_its_saved_models_classes(
     tmp_path: Path, exported: ExportedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
