@@ -22,14 +22,20 @@ class RunSummary:
     agents: list[str] = field(default_factory=list)
     clusters: dict[str, list[str]] = field(default_factory=dict)
     accuracy_by_agent: dict[str, float] = field(default_factory=dict)
+    """Test accuracy each agent reported at the last evaluation."""
     accuracy_by_cluster: dict[str, float] = field(default_factory=dict)
     accuracy: float | None = None
+    """Of the cluster's agents and of all: mean of the reports, highest and lowest dropped
+    (:func:`faultfleet.scoring.trimmed_client_accuracy`)."""
     model_version: int = 0
     rounds_retried: int = 0
     finished: bool = False
     cluster_quality: dict[str, Any] = field(default_factory=dict)
     """The strategy's clustering judged without ground truth after the last round
     (:meth:`coordinator.strategies.quality.RunQuality.to_json`); empty before round 1."""
+    privacy: dict[str, Any] | None = None
+    """With differential privacy on, the privacy spent so far
+    (:meth:`coordinator.strategies.privacy.PrivacyReport.to_json`: ε, δ, σ, C, q, rounds)."""
 
 
 def load_summary(state_dir: Path) -> dict[str, Any] | None:

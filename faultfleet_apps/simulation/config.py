@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.membership import Schedule, check_schedule
@@ -48,6 +49,9 @@ class SimConfig:
     (:mod:`faultfleet_apps.simulation.membership`; FAACL and FedAvg only)."""
     leaves: Schedule = ()
     """(client id, round): the machine leaves for good before that round."""
+    aggregation: AggregationPolicy = DEFAULT_POLICY
+    """How each group of updates is averaged: robust rules, differential privacy
+    (:mod:`coordinator.strategies.robust`)."""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS and not self.scenario.startswith(IMAGE_PREFIX):
@@ -75,9 +79,12 @@ class SimConfig:
 
         An empty ``joins`` or ``leaves`` is left out, so the document of a run without
         membership changes is the one written before schedules existed (checkpoints and
-        results written then still match their settings).
+        results written then still match their settings). So is ``aggregation`` when every
+        rule is off (``AggregationPolicy()``): the plain weighted mean of runs before the rules.
         """
         data = asdict(self)
+        if self.aggregation == AggregationPolicy():
+            del data["aggregation"]
         data["windows_per_client"] = list(self.windows_per_client)
         for name in ("joins", "leaves"):
             entries: Schedule = data.pop(name)
@@ -87,9 +94,11 @@ class SimConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SimConfig:
-        """The settings :meth:`to_json` wrote (a missing ``joins``/``leaves`` is empty)."""
+        """The settings :meth:`to_json` wrote (a missing ``joins``/``leaves`` is empty, a
+        missing ``aggregation`` the plain weighted mean)."""
         values = dict(data)
         values["train"] = TrainConfig(**values.get("train", {}))
+        values["aggregation"] = AggregationPolicy(**values.get("aggregation", {}))
         if "windows_per_client" in values:
             low, high = values["windows_per_client"]
             values["windows_per_client"] = (low, high)

@@ -191,3 +191,13 @@ def test_a_retired_agent_is_offline_and_listed_until_it_comes_back() -> None:
     assert registry.retired() == []
     assert registry.online_trainers() == ["m01"]
     assert gone.calls == ["m01", "m02"]
+
+
+def test_declared_samples_come_from_the_last_online_status() -> None:
+    registry = AgentRegistry(known=["old"])
+    registry.update(online("a", samples=250))
+    registry.update(offline("a"))
+
+    assert registry.declared_samples("a") == 250  # kept while offline
+    assert registry.declared_samples("old") == 0  # not heard from since a restart
+    assert registry.declared_samples("nobody") == 0
