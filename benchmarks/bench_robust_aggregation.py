@@ -1,7 +1,7 @@
 """What robust and differentially private averaging cost in accuracy, on simulated federations.
 
 Usage: python benchmarks/bench_robust_aggregation.py --out bench-out/robust
-       [--seeds 0 1 2 3 4] [--methods fedavg flacc] [--policies off default clip trim]
+       [--seeds 0 1 2 3 4] [--methods fedavg flacc] [--policies off default trim]
        [--profile quick] [--clip-norm 1.0] [--eval-every 40]
 
 Runs every method (a strategy name, or a table method such as ``ifca-6``) under every
@@ -10,9 +10,8 @@ averaging policy on the same federation per seed, each cell a ``faultfleet sim``
 resumes). Policies (:mod:`coordinator.strategies.robust`):
 
 * ``off``: the plain sample-weighted mean (every rule off);
-* ``default``: the default policy (``DEFAULT_POLICY``);
-* ``clip``: the default's weight cap and adaptive norm clipping, no trimmed mean;
-* ``trim``: the default's trimmed mean alone;
+* ``default``: the default policy (``DEFAULT_POLICY``: weight cap and adaptive clipping);
+* ``trim``: the default with the coordinate-wise trimmed mean, β = 0.1;
 * ``dp-S``: DP-FedAvg with noise multiplier S and clip norm ``--clip-norm``, no other rule.
 
 Prints, per policy and method, the final accuracy (mean ± std over seeds, %), its paired
@@ -43,13 +42,11 @@ def policy(name: str, clip_norm: float) -> AggregationPolicy:
         return AggregationPolicy()
     if name == "default":
         return DEFAULT_POLICY
-    if name == "clip":
-        return replace(DEFAULT_POLICY, trim_fraction=0.0)
     if name == "trim":
-        return AggregationPolicy(trim_fraction=DEFAULT_POLICY.trim_fraction)
+        return replace(DEFAULT_POLICY, trim_fraction=0.1)
     if name.startswith("dp-"):
         return AggregationPolicy(noise_multiplier=float(name[3:]), clip_norm=clip_norm)
-    raise SystemExit(f"unknown policy {name!r}: off, default, clip, trim or dp-<sigma>")
+    raise SystemExit(f"unknown policy {name!r}: off, default, trim or dp-<sigma>")
 
 
 def progress(name: str) -> Callable[[str], None]:
@@ -86,7 +83,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--methods", nargs="+", default=["fedavg", "flacc"])
-    parser.add_argument("--policies", nargs="+", default=["off", "default", "clip", "trim"])
+    parser.add_argument("--policies", nargs="+", default=["off", "default", "trim"])
     parser.add_argument("--profile", choices=("paper", "quick"), default="quick")
     parser.add_argument("--scenario", default="mixed-fault")
     parser.add_argument(

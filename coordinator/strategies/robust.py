@@ -282,7 +282,7 @@ class Averaging:
         return average, RoundTally(tally.server_round, tally.averages + 1, tally.report + report)
 
 
-DEFAULT_POLICY = AggregationPolicy(clip_factor=3.0, weight_cap=4.0, trim_fraction=0.1)
+DEFAULT_POLICY = AggregationPolicy(clip_factor=2.0, weight_cap=2.0)
 """The policy a run uses unless its settings say otherwise (``[aggregation]`` of the
 coordinator, ``faultfleet sim --aggregation``): docs/federated.md, "Robust aggregation",
 gives the measurements behind it."""

@@ -73,7 +73,7 @@ def test_differential_privacy_from_the_command_line_reports_its_epsilon(
     [
         ([], DEFAULT_POLICY),
         (["off"], AggregationPolicy()),
-        (["trim_fraction=0"], replace(DEFAULT_POLICY, trim_fraction=0.0)),
+        (["trim_fraction=0.1"], replace(DEFAULT_POLICY, trim_fraction=0.1)),
         (["off", "clip_factor=2"], AggregationPolicy(clip_factor=2.0)),
         (["clip_norm=1", "off", "weight_cap=3"], AggregationPolicy(weight_cap=3.0)),
     ],
