@@ -36,6 +36,9 @@ from faultfleet.tasks import (
 )
 from faultfleet.types import FloatArray, ModelFactory
 
+"""``factory(i)`` gives the flat weights of the i-th independent initialisation of the model;
+the same ``i`` always gives the same weights."""
+
 JsonDict = dict[str, Any]
 
 
