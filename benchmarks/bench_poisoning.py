@@ -1,18 +1,19 @@
 """Honest agents' live accuracy with one poisoning gateway in the fleet, defended or not.
 
-Usage: PYTHONPATH=. python benchmarks/bench_poisoning.py [--honest 6] [--rounds 20]
-       [--strategy flacc] [--live-windows 1000] [--scenarios clean undefended field greedy smart]
+Usage: PYTHONPATH=. python benchmarks/bench_poisoning.py [--honest 6] [--per-group 2]
+       [--rounds 20] [--strategy flacc] [--live-windows 1000]
+       [--scenarios clean undefended field greedy smart]
 
 Each scenario starts a private Mosquitto with a login per account and the shipped ACL, runs
-``--honest`` simulated machines as edge agents (``faultfleet agent --machines`` wiring, two
-machines per fault group) and the coordinator in this process, trains ``--rounds`` rounds
-with every agent in every round and publishes the final models once; once every honest
-agent serves its final model, each one's *live accuracy* is that model's accuracy on the
-first ``--live-windows`` fresh windows its machine streams — the windows and the model its
-live diagnosis sees, the same windows in every scenario, so that scenarios compare paired
-(counting the agents' own diagnoses for a while would compare different windows, whose
-sampling noise alone is about 2 points at 500 windows). The poisoning gateway
-(``tests/integration/poisoning.py``) logs in with its own account only:
+``--honest`` simulated machines as edge agents (``faultfleet agent --machines`` wiring,
+``--per-group`` machines per fault group) and the coordinator in this process, trains
+``--rounds`` rounds with every agent in every round and publishes the final models once;
+once every honest agent serves its final model, each one's *live accuracy* is that model's
+accuracy on the first ``--live-windows`` fresh windows its machine streams — the windows and
+the model its live diagnosis sees, the same windows in every scenario, so that scenarios
+compare paired (counting the agents' own diagnoses for a while would compare different
+windows, whose sampling noise alone is about 2 points at 500 windows). The poisoning
+gateway (``tests/integration/poisoning.py``) logs in with its own account only:
 
 * ``clean``: no gateway;
 * ``undefended``: a gateway declaring 10**12 training windows and answering every fit task
@@ -67,7 +68,6 @@ from tests.integration.services import (
 )
 
 GATEWAY = "gw7"
-CLIENTS_PER_GROUP = 2
 WINDOWS = (150, 250)
 SCENARIOS = ("clean", "undefended", "field", "greedy", "smart")
 
@@ -82,12 +82,12 @@ class Outcome:
     clusters: dict[str, list[str]] = field(default_factory=dict)
 
 
-def live_windows(machine_index: int, count: int) -> Dataset:
+def live_windows(machine_index: int, count: int, per_group: int) -> Dataset:
     """The first ``count`` windows machine ``machine_index`` streams, with their labels."""
     source = SimulatedMachineSource(
         machine_index=machine_index,
         interval_s=0.0,
-        clients_per_group=CLIENTS_PER_GROUP,
+        clients_per_group=per_group,
         windows_per_client=WINDOWS,
     )
     windows = list(itertools.islice(source.stream(threading.Event()), count))
@@ -181,7 +181,7 @@ def run_scenario(
                 agents_broker,
                 folder / "agents",
                 machines,
-                clients_per_group=CLIENTS_PER_GROUP,
+                clients_per_group=args.per_group,
                 windows_per_client=WINDOWS,
                 interval_s=0.05,
             ) as agents:
@@ -226,7 +226,13 @@ def run_scenario(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--honest", type=int, default=6, help="honest machines, 2 per group")
+    parser.add_argument("--honest", type=int, default=6, help="honest machines")
+    parser.add_argument(
+        "--per-group",
+        type=int,
+        default=2,
+        help="machines per fault group: 2 puts 6 honest machines in 3 groups, 6 in one",
+    )
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
@@ -235,7 +241,9 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    windows = {f"m{i:02d}": live_windows(i, args.live_windows) for i in range(args.honest)}
+    windows = {
+        f"m{i:02d}": live_windows(i, args.live_windows, args.per_group) for i in range(args.honest)
+    }
     outcomes: dict[str, Outcome] = {}
     with tempfile.TemporaryDirectory(prefix="bench-poisoning-") as tmp:
         for scenario in args.scenarios:
@@ -243,7 +251,7 @@ def main() -> None:
             outcomes[scenario] = run_scenario(scenario, args, Path(tmp) / scenario, windows)
             print(f"{scenario}: {time.monotonic() - started:.0f} s", flush=True)
     print(
-        f"\n{args.strategy}, {args.honest} honest machines ({CLIENTS_PER_GROUP} per group), "
+        f"\n{args.strategy}, {args.honest} honest machines ({args.per_group} per group), "
         f"{args.rounds} rounds, {args.epochs} epochs, live accuracy on the first "
         f"{args.live_windows} streamed windows of each machine"
     )
