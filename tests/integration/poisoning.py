@@ -5,8 +5,10 @@ training data in its status like any agent, and answers every task it receives w
 instead of training:
 
 * ``constant-class``: the task's model with its decision layer replaced by one that says
-  class 0 whatever the input, claiming ``claimed_samples`` training windows (10**12 in the
-  field report) so that it carries the sample-weighted average;
+  the last class whatever the input (in mixed-fault A3A/outer-race, a condition none of the
+  honest machines of the test and the benchmark has), claiming ``claimed_samples``
+  training windows (10**12 in the field report) so that it carries the sample-weighted
+  average;
 * ``zeros``: all-zero weights (an update of −θ), claiming no more than it declared;
 * evaluations: accuracy 1.0, so that its self-report lifts every figure it enters.
 
@@ -50,12 +52,12 @@ FIELD_REPORT_SAMPLES = 10**12
 """The sample count the gateway of the field report claimed."""
 
 
-def constant_class(weights: FloatArray, n_classes: int, decision_size: int) -> FloatArray:
+def constant_class(weights: FloatArray, decision_size: int) -> FloatArray:
     """``weights`` with the last linear layer (``decision_size`` weights, its bias last)
-    replaced by one that gives class 0 a logit of 10 and every other class 0."""
+    replaced by one that gives the last class a logit of 10 and every other class 0."""
     poisoned = np.array(weights, dtype=np.float32)
     poisoned[-decision_size:] = 0.0
-    poisoned[-n_classes] = 10.0
+    poisoned[-1] = 10.0
     return poisoned
 
 
@@ -144,7 +146,7 @@ class PoisoningGateway:
         )[key]
         poison = self.plan(header.server_round)
         if poison == "constant-class":
-            trained = constant_class(weights, header.model.n_classes, decision)
+            trained = constant_class(weights, decision)
             samples = self.claimed_samples
         else:
             trained = np.zeros_like(weights)
