@@ -102,14 +102,14 @@ def privacy_spent(noise_multiplier: float, rate: float, rounds: int, delta: floa
         dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(noise_multiplier)),
         rounds,
     )
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(event)
     # The accountant logs (through absl) every Rényi order whose series does not converge and
     # leaves it out; the remaining orders still bound ε. Keep that out of the service logs.
     absl = logging.getLogger("absl")
     level = absl.level
     absl.setLevel(logging.ERROR)
     try:
+        accountant = dp_accounting.rdp.RdpAccountant()
+        accountant.compose(event)
         return float(accountant.get_epsilon(delta))
     finally:
         absl.setLevel(level)
