@@ -13,6 +13,9 @@ how clusters are numbered.
 * :func:`mean_client_accuracy` — the unweighted mean over clients of each client's test
   accuracy, the accuracy FLACC reports (§V-B), so a small client counts as much as a large
   one.
+* :func:`trimmed_client_accuracy` — the same mean with the highest and lowest accuracies
+  dropped (:func:`trim_count` of them at each end), so that one client reporting 1.0 or 0.0
+  for itself cannot carry a figure; the coordinator scores self-reported evaluations with it.
 """
 
 from __future__ import annotations
@@ -134,3 +137,38 @@ def mean_client_accuracy(accuracies: Sequence[float]) -> float:
         if not (math.isfinite(accuracy) and 0.0 <= accuracy <= 1.0):
             raise ValueError(f"accuracies must lie in [0, 1], got {accuracy!r}")
     return math.fsum(accuracies) / len(accuracies)
+
+
+TRIM_FRACTION = 0.1
+"""Share of clients :func:`trimmed_client_accuracy` drops at each end by default."""
+
+
+def trim_count(k: int, trim_fraction: float) -> int:
+    """Values dropped at each end of k: min(⌈β·k⌉, ⌊(k − 1)/2⌋), 0 when β = 0.
+
+    At least one value is always kept; with k = 3 and any β > 0 the rule keeps the median.
+    """
+    if not 0.0 <= trim_fraction < 0.5:
+        raise ValueError(f"trim_fraction must be in [0, 0.5), got {trim_fraction!r}")
+    if trim_fraction == 0 or k < 3:
+        return 0
+    return min(math.ceil(trim_fraction * k), (k - 1) // 2)
+
+
+def trimmed_client_accuracy(
+    accuracies: Sequence[float], trim_fraction: float = TRIM_FRACTION
+) -> float:
+    """Mean over clients of their accuracy, the :func:`trim_count` highest and lowest dropped.
+
+    With 3 to 10 clients and the default β = 0.1, the best and the worst one are dropped;
+    with 1 or 2 nothing can be, and it is :func:`mean_client_accuracy`.
+
+    Raises
+    ------
+    ValueError
+        As :func:`mean_client_accuracy`.
+    """
+    mean_client_accuracy(accuracies)  # the same checks
+    t = trim_count(len(accuracies), trim_fraction)
+    ordered = sorted(accuracies)
+    return mean_client_accuracy(ordered[t : len(ordered) - t])

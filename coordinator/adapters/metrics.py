@@ -39,6 +39,10 @@ ROUND_DURATION_BUCKETS_S = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 
 AGENT_STATES = ("online", "offline", "retired")
 """Label values of ``faultfleet_agents_by_state``: an agent status's states."""
 
+CLIP_RULES = ("norm", "weight")
+"""Label values of ``faultfleet_updates_clipped_total``: the averaging's bounds
+(:mod:`coordinator.strategies.robust`)."""
+
 
 class CoordinatorMetrics:
     """Every metric the coordinator reports.
@@ -191,6 +195,15 @@ class CoordinatorMetrics:
             ["state"],
             registry=reg,
         )
+        self.updates_clipped = Counter(
+            "faultfleet_updates_clipped_total",
+            "Accepted updates the averaging bounded, by rule: norm (scaled down to the norm "
+            "bound) or weight (sample count cut to the weight cap).",
+            ["rule"],
+            registry=reg,
+        )
+        for rule in CLIP_RULES:
+            self.updates_clipped.labels(rule=rule)
         self.rounds_without_quorum = Counter(
             "faultfleet_rounds_without_quorum_total",
             "Rounds rolled back because fewer agents answered than the quorum (run.min_quorum); "
@@ -274,6 +287,13 @@ class CoordinatorMetrics:
         if n < 0:
             raise ValueError(f"cannot count {n} rejected updates; n must be >= 0")
         self.updates_rejected.labels(reason=RejectReason(reason).value).inc(n)
+
+    def count_clipped(self, *, norm: int, weight: int) -> None:
+        """Count updates a round's averaging scaled to its norm bound and capped in weight."""
+        if norm < 0 or weight < 0:
+            raise ValueError(f"clipped counts must be >= 0 (got norm={norm}, weight={weight})")
+        self.updates_clipped.labels(rule="norm").inc(norm)
+        self.updates_clipped.labels(rule="weight").inc(weight)
 
     def set_agents(self, online: int, registered: int, retired: int = 0) -> None:
         """Set how many agents are online, retired and known; the rest are offline."""

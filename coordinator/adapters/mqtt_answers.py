@@ -5,7 +5,9 @@ or failed, or the round deadline passes; :class:`~coordinator.adapters.mqtt_flee
 builds on it for every kind of task. Answers are validated (:mod:`faultfleet.wire.codec`) in the
 network thread: a malformed, oversized, wrong-shape or non-finite update is rejected and counted
 by reason, a second answer for the same task is ignored (QoS 1 may deliver twice), and an answer
-after its round closed is counted late. Every accepted update goes to the
+after its round closed is counted late. An update that claims more training samples than its
+agent declared when it came online is refused (``too_many_samples``) and fails its task at
+once: the sample count is the update's weight in the average. Every accepted update goes to the
 :class:`~coordinator.adapters.journal.RoundJournal` (in batches, in a writer thread) before it
 counts, so a restarted coordinator loses none; probes and evaluations are not journaled.
 
@@ -74,6 +76,9 @@ class AnswerCollector:
         clock by default.
     clock : callable
         Unix time in seconds: the ``issued_at`` of a task sent again.
+    declared_samples : callable, optional
+        ``declared_samples(agent_id)``: the training windows the agent declared; an update
+        may claim no more. None: no bound.
     """
 
     def __init__(
@@ -89,8 +94,10 @@ class AnswerCollector:
         max_payload_bytes: int,
         round_clock: Clock = SYSTEM_CLOCK,
         clock: Callable[[], float] = time.time,
+        declared_samples: Callable[[str], int] | None = None,
     ) -> None:
         self.connection = connection
+        self.declared_samples = declared_samples
         self.topics = topics
         self.run_id = run_id
         self.n_params = n_params
@@ -268,6 +275,8 @@ class AnswerCollector:
         result = answer_result(
             pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
         )
+        if journal and isinstance(result, FitResult):
+            self._check_samples(pending, result)
         with self._answered:
             if self._collection.pending.get(pending.task_id) is not pending:
                 raise WireError(
@@ -281,6 +290,26 @@ class AnswerCollector:
             self._writes.put(Write(pending, result, payload))
         else:
             self._settle([Write(pending, result, payload)])
+
+    def _check_samples(self, pending: Pending, result: FitResult) -> None:
+        """Refuse (and fail the task of) an update claiming more samples than declared.
+
+        Updates replayed from the journal were checked when they arrived.
+        """
+        if self.declared_samples is None:
+            return
+        declared = self.declared_samples(result.client_id)
+        if result.num_samples > declared:
+            self._fail(
+                pending.task_id,
+                f"its update claimed {result.num_samples} training samples; it declared {declared}",
+            )
+            raise WireError(
+                RejectReason.TOO_MANY_SAMPLES,
+                f"update of {result.client_id} for task {pending.task_id} claims "
+                f"{result.num_samples} training samples; the agent declared {declared} when "
+                "it came online",
+            )
 
     def _write_journal(self) -> None:
         """Writer thread: journal accepted updates in batches, then count them."""

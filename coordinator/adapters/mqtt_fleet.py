@@ -56,7 +56,8 @@ class MqttFleet(AnswerCollector):
         Connected (or connecting) to the broker; the fleet adds its routes.
     topics : Topics
     registry : AgentRegistry
-        Presence of the agents (fed by the service from status messages).
+        Presence of the agents (fed by the service from status messages); an update may
+        claim at most the training windows its agent declared there.
     clients : sequence of str
         The federation's clients: the agents registered when the run started.
     run_id : str
@@ -116,6 +117,7 @@ class MqttFleet(AnswerCollector):
             max_payload_bytes=max_payload_bytes,
             round_clock=round_clock,
             clock=clock,
+            declared_samples=registry.declared_samples,
         )
 
     # -- Fleet protocol ------------------------------------------------------------------

@@ -100,6 +100,12 @@ class AgentRegistry:
         with self._lock:
             return sorted(a for a, info in self._agents.items() if info.can_train)
 
+    def declared_samples(self, agent_id: str) -> int:
+        """Training windows ``agent_id`` declared in its last online status (0 if unknown)."""
+        with self._lock:
+            info = self._agents.get(agent_id)
+            return info.num_train_samples if info is not None else 0
+
     def online(self) -> list[str]:
         """Online agents, sorted."""
         with self._lock:

@@ -5,7 +5,10 @@ cluster now, both evaluated by the cluster's agents on their held-out labelled d
 evaluate task on the validation split, :class:`~faultfleet.tasks.EvaluateTask`). The gate
 compares the two on the agents that answered for both (a paired comparison: an agent that
 answered for one only would bias the means), each side scored as the mean over agents of
-each agent's accuracy (FLACC §V-B, :func:`~faultfleet.scoring.mean_client_accuracy`).
+each agent's accuracy (FLACC §V-B) with the highest and lowest dropped
+(:func:`~faultfleet.scoring.trimmed_client_accuracy`: with 3 to 10 agents, the best and the
+worst one). The accuracies are the agents' own reports: trimmed, one agent reporting 1.0
+for a candidate (or 0.0 for the serving version) cannot carry the decision.
 
 The candidate is promoted when its score is not below the serving version's by more than
 ``margin`` (a ratio from 0 to 1); a cluster with no serving version promotes its first
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from faultfleet.scoring import mean_client_accuracy
+from faultfleet.scoring import trimmed_client_accuracy
 from faultfleet.tasks import EvaluateResult
 
 
@@ -95,8 +98,8 @@ def decide(
             serving_version=serving_version,
         )
     cand = {r.client_id: r for r in candidate}
-    new = mean_client_accuracy([cand[a].accuracy for a in paired])
-    old = mean_client_accuracy([by_agent[a].accuracy for a in paired])
+    new = trimmed_client_accuracy([cand[a].accuracy for a in paired])
+    old = trimmed_client_accuracy([by_agent[a].accuracy for a in paired])
     promoted = new >= old - margin
     reason = (
         f"accuracy {new:.4f} vs serving {old:.4f}: "

@@ -8,7 +8,8 @@ let agents join and leave the federation (strategies that allow it,
 :mod:`coordinator.runtime.checkpoint`), update the metrics; evaluate every ``eval_every`` rounds;
 export and publish the cluster models every ``publish_every`` rounds and after the
 campaign's last (:mod:`coordinator.runtime.serving`); judge the clustering without ground
-truth (:mod:`coordinator.runtime.quality_watch`).
+truth (:mod:`coordinator.runtime.quality_watch`); count the updates the averaging clipped
+and, with differential privacy, write the privacy spent to the summary.
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``; a
 round interrupted by a stop is rolled back and left to the journal, so that a restarted
@@ -39,6 +40,7 @@ from coordinator.runtime.quality_watch import QualityWatch
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.serving import ModelServing
 from coordinator.runtime.settings import RunSettings
+from coordinator.strategies.privacy import privacy_report, sampling_rate
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
 
@@ -233,11 +235,24 @@ class RoundLoop:
         # Saved at once, so that a round interrupted from here on replays with these members.
         self._save()
 
+    def _account_averaging(self, server_round: int) -> None:
+        """Count what the round's averaging clipped; the privacy spent so far, if private."""
+        strategy = self.live.engine.strategy
+        tally = strategy.averaged_.report
+        self.metrics.count_clipped(norm=tally.norm_clipped, weight=tally.weight_capped)
+        rate = sampling_rate(
+            self.run.fraction, len(self.live.summary.agents), strategy.full_participation
+        )
+        spent = privacy_report(strategy.averaging.policy, rate, server_round)
+        if spent is not None:
+            self.live.summary.privacy = spent.to_json()
+
     def _after_round(self, report: RoundReport, duration_s: float) -> None:
         live = self.live
         run = self.run
         server_round = report.server_round
         self.metrics.observe_round(duration_s, server_round)
+        self._account_averaging(server_round)
         last = server_round >= self.end_round
         live.summary.server_round = server_round
         if server_round % run.eval_every == 0 or last:

@@ -23,8 +23,11 @@ class RunSummary:
     agents: list[str] = field(default_factory=list)
     clusters: dict[str, list[str]] = field(default_factory=dict)
     accuracy_by_agent: dict[str, float] = field(default_factory=dict)
+    """Test accuracy each agent reported at the last evaluation."""
     accuracy_by_cluster: dict[str, float] = field(default_factory=dict)
     accuracy: float | None = None
+    """Of the cluster's agents and of all: mean of the reports, highest and lowest dropped
+    (:func:`faultfleet.scoring.trimmed_client_accuracy`)."""
     model_version: int = 0
     rounds_retried: int = 0
     finished: bool = False
@@ -38,6 +41,9 @@ class RunSummary:
     recent_promotions: list[dict[str, Any]] = field(default_factory=list)
     """The newest decisions about cluster model versions, oldest first
     (:class:`faultfleet.wire.campaign_messages.PromotionNote`)."""
+    privacy: dict[str, Any] | None = None
+    """With differential privacy on, the privacy spent so far
+    (:meth:`coordinator.strategies.privacy.PrivacyReport.to_json`: ε, δ, σ, C, q, rounds)."""
 
 
 def load_summary(state_dir: Path) -> dict[str, Any] | None:

@@ -56,7 +56,9 @@ from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.round_loop import LiveRun, RoundLoop
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.settings import CoordinatorSettings
+from coordinator.strategies.privacy import check_accountant
 from coordinator.strategies.registry import make_strategy
+from coordinator.strategies.robust import Averaging
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.models.weights import parameter_count
 from faultfleet.models.zoo import build_model, model_factory
@@ -135,6 +137,8 @@ class CoordinatorService:
         self.state_dir = self.checkpoint.state_dir
         self.engine_dir = self.checkpoint.engine_dir
         self.signer = signing_key(settings.signing.key_file, self.state_dir)
+        if settings.aggregation.noise_multiplier > 0:
+            check_accountant()
         self.fleet: MqttFleet | None = None
         self.engine: RoundEngine | None = None
         self.publisher: ModelPublisher | None = None
@@ -178,6 +182,17 @@ class CoordinatorService:
         if self.topics.agent_of(topic) != status.agent_id:
             logger.warning("ignoring status of %s published on %s", status.agent_id, topic)
             return
+        limit = self.settings.aggregation.max_samples_per_agent
+        if status.state == "online" and status.can_train and status.num_train_samples > limit:
+            self.metrics.reject(RejectReason.TOO_MANY_SAMPLES)
+            logger.warning(
+                "agent %s declares %d training windows, above aggregation.max_samples_per_agent "
+                "= %d: it is not asked to train (raise the limit if it really holds that much)",
+                status.agent_id,
+                status.num_train_samples,
+                limit,
+            )
+            status = status.model_copy(update={"can_train": False})
         self.registry.update(status)
         self.labelled.update(status)
         self.metrics.set_agents(
@@ -270,6 +285,8 @@ class CoordinatorService:
             round_clock=self.round_clock,
         )
         strategy = make_strategy(run.strategy, fraction=run.fraction, options=run.strategy_options)
+        # The noise of differential privacy comes from the OS's entropy, never from a seed.
+        strategy.averaging = Averaging(self.settings.aggregation.policy())
         factory = model_factory(run.model, run.sample_shape, len(run.class_names), run.seed)
         self.engine = RoundEngine(
             strategy,

@@ -4,8 +4,10 @@ The strategy names the models that may serve an agent (``predict_models``); an a
 the one it was last evaluated with while that is still a candidate (IFCA's choice), and
 the first candidate otherwise.
 Agents served by the same model form a cluster (:func:`~coordinator.adapters.publisher.cluster_id`):
-:class:`ModelServing` writes the clusters and their mean test accuracy to the run summary
-and the metrics, and hands the models to :class:`~coordinator.runtime.promotion.ModelPromotion`,
+:class:`ModelServing` writes the clusters and their test accuracy to the run summary and the
+metrics — each the agents' self-reported accuracies averaged with the highest and lowest
+dropped (:func:`~faultfleet.scoring.trimmed_client_accuracy`), so that one agent cannot
+carry a figure — and hands the models to :class:`~coordinator.runtime.promotion.ModelPromotion`,
 which registers them as new versions, gates them and publishes those that pass.
 """
 
@@ -21,7 +23,7 @@ from coordinator.adapters.publisher import cluster_id
 from coordinator.engine.rounds import EvaluationReport, RoundEngine
 from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.run_summary import RunSummary
-from faultfleet.scoring import mean_client_accuracy
+from faultfleet.scoring import trimmed_client_accuracy
 from faultfleet.tasks import Split
 from faultfleet.wire.campaign_messages import MAX_RECENT_PROMOTIONS
 
@@ -81,7 +83,8 @@ class ModelServing:
         report: EvaluationReport = self.engine.evaluate(Split.TEST, ready)
         self._chosen_keys = {r.client_id: r.model_key for r in report.results}
         self.summary.accuracy_by_agent = report.accuracy_by_client()
-        self.summary.accuracy = None if not report.results else report.accuracy
+        accuracies = list(self.summary.accuracy_by_agent.values())
+        self.summary.accuracy = trimmed_client_accuracy(accuracies) if accuracies else None
 
     def update_clusters(self) -> None:
         """The clusters and their mean accuracy, into the summary and the metrics."""
@@ -94,7 +97,7 @@ class ModelServing:
         for cid, members in clusters.items():
             known = [accuracy[a] for a in members if a in accuracy]
             if known:
-                by_cluster[cid] = mean_client_accuracy(known)
+                by_cluster[cid] = trimmed_client_accuracy(known)
         self.summary.accuracy_by_cluster = by_cluster
         self.metrics.set_clusters({cid: len(m) for cid, m in clusters.items()})
         self.metrics.set_cluster_accuracy(by_cluster)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from coordinator.strategies.registry import STRATEGIES, make_strategy
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import FaultfleetError
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.tasks import TrainConfig
@@ -178,6 +179,40 @@ class SigningSettings(BaseModel):
     start; a key_file that is set must exist (``faultfleet keys generate``)."""
 
 
+class AggregationSettings(BaseModel):
+    """How updates are bounded and averaged (docs/federated.md, "Robust aggregation").
+
+    Every rule is off at 0. The first is checked on arrival; the others apply to every
+    average a strategy makes (:mod:`coordinator.strategies.robust`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_samples_per_agent: Positive = 1_000_000
+    """Training windows an agent may declare when it comes online; one declaring more is
+    not asked to train. An update may claim at most what its agent declared."""
+    weight_cap: Annotated[float, Field(ge=0)] = DEFAULT_POLICY.weight_cap
+    clip_factor: Annotated[float, Field(ge=0)] = DEFAULT_POLICY.clip_factor
+    clip_norm: Annotated[float, Field(ge=0)] = DEFAULT_POLICY.clip_norm
+    trim_fraction: Annotated[float, Field(ge=0, lt=0.5)] = DEFAULT_POLICY.trim_fraction
+    noise_multiplier: Annotated[float, Field(ge=0)] = DEFAULT_POLICY.noise_multiplier
+    dp_delta: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_POLICY.dp_delta
+
+    @model_validator(mode="after")
+    def _valid_policy(self) -> AggregationSettings:
+        try:
+            self.policy()
+        except FaultfleetError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+    def policy(self) -> AggregationPolicy:
+        """The averaging policy these settings describe."""
+        return AggregationPolicy(
+            **self.model_dump(exclude={"max_samples_per_agent"}),
+        )
+
+
 class CoordinatorSettings(FileSettings):
     """Everything ``faultfleet coordinator`` reads at start."""
 
@@ -194,6 +229,7 @@ class CoordinatorSettings(FileSettings):
     signing: SigningSettings = SigningSettings()
     models: ModelsSettings = ModelsSettings()
     campaigns: CampaignSettings = CampaignSettings()
+    aggregation: AggregationSettings = AggregationSettings()
 
     @model_validator(mode="after")
     def _quorum_reachable(self) -> CoordinatorSettings:

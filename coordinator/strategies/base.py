@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.evidence import Merge as Merge  # noqa: PLC0414 - re-exported
+from coordinator.strategies.robust import Averaging, RoundTally
 from faultfleet.errors import UsageError
 from faultfleet.tasks import (
     EvaluateInstruction,
@@ -46,30 +48,6 @@ class StrategyState:
 
     arrays: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
     meta: JsonDict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Merge:
-    """Two clusters that became one, as an agglomerative strategy records it.
-
-    Attributes
-    ----------
-    round : int
-        The server round whose aggregation merged them.
-    first, second : tuple of str
-        Client ids of the two clusters, each in registration order.
-    similarity : float
-        The similarity that let them merge (FLACC: α_min^cross of eq. 15, a cosine).
-    threshold : float
-        The bar that similarity had to clear (FLACC: α0 of eq. 16, or the data-driven bar
-        of its default rule); ``similarity - threshold`` is the merge's margin.
-    """
-
-    round: int
-    first: tuple[str, ...]
-    second: tuple[str, ...]
-    similarity: float
-    threshold: float
 
 
 class Strategy(ABC):
@@ -97,6 +75,11 @@ class Strategy(ABC):
     clusters_learned: ClassVar[bool] = True
     """False for strategies whose clusters are given rather than learned (FedAvg, Local,
     Fixed): cluster quality has nothing to doubt there."""
+    averaging: Averaging = Averaging()
+    """How :meth:`_average` combines updates (:mod:`coordinator.strategies.robust`): the plain
+    weighted mean unless the run sets its policy."""
+    averaged_: RoundTally = RoundTally()
+    """What averaging did in the last round: averages made, updates clipped or capped."""
 
     def __init__(self, *, fraction: float = 0.25) -> None:
         self.fraction = fraction
@@ -251,7 +234,13 @@ class Strategy(ABC):
                     f"expected ({size},)"
                 )
         ordered = sorted(results, key=lambda r: (self._index(r.client_id), r.model_key))
+        self.averaged_ = RoundTally(server_round)
         self._aggregate(server_round, ordered, failures)
+
+    def _average(self, results: Sequence[FitResult]) -> FloatArray:
+        """One model from ``results`` (trained from one model) under :attr:`averaging`."""
+        average, self.averaged_ = self.averaging.average(results, self.averaged_)
+        return average
 
     @abstractmethod
     def _aggregate(

@@ -240,7 +240,7 @@ class CFL(Strategy):
         for key in [k for k in self.models_ if k in by_cluster]:
             members = by_cluster[key]
             counts = [r.num_samples for r in members]
-            self.models_[key] = weighted_average([r.weights for r in members], counts)
+            self.models_[key] = self._average(members)
             deltas = [r.delta for r in members]
             mean_norm = float(np.linalg.norm(weighted_average(deltas, counts)))
             max_norm = float(np.max(update_norms(deltas)))

@@ -83,7 +83,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.faacl_probing import FAACLProbing
 from coordinator.strategies.faacl_support import check_real, is_int_at_least
@@ -218,9 +217,7 @@ class FAACL(FAACLProbing):
                 )
             by_key.setdefault(r.model_key, []).append(r)
         for key, trained in by_key.items():
-            self.models_[key] = weighted_average(
-                [r.weights for r in trained], [r.num_samples for r in trained]
-            )
+            self.models_[key] = self._average(trained)
         self.same_model_.record(server_round, results)
         for key in self._ordered(by_key):
             if self.clusters_[key].partition is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import Strategy
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import ModelFactory
@@ -45,6 +44,4 @@ class FedAvg(Strategy):
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
         if results:
-            self.models_[GLOBAL] = weighted_average(
-                [r.weights for r in results], [r.num_samples for r in results]
-            )
+            self.models_[GLOBAL] = self._average(results)

@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import JsonDict, Strategy
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitResult
@@ -119,6 +118,4 @@ class FixedClusters(Strategy):
                 )
             by_key.setdefault(r.model_key, []).append(r)
         for key, own in by_key.items():
-            self.models_[key] = weighted_average(
-                [r.weights for r in own], [r.num_samples for r in own]
-            )
+            self.models_[key] = self._average(own)

@@ -46,7 +46,7 @@ from coordinator.strategies.agglomeration import (
     agglomerate,
     forget_stale,
 )
-from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_average
+from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Merge, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
 from faultfleet.errors import UsageError
@@ -180,9 +180,7 @@ class FLACC(Strategy):
             return
         self._cluster(server_round, results)
         if results:  # line 20
-            self.models_[GLOBAL] = weighted_average(
-                [r.weights for r in results], [r.num_samples for r in results]
-            )
+            self.models_[GLOBAL] = self._average(results)
 
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
         """Lines 10–19 on the answers: their similarities (eq. 19), then the merges."""
@@ -255,9 +253,7 @@ class FLACC(Strategy):
         for r in results:
             by_entity.setdefault(int(self._labels[self._index(r.client_id)]), []).append(r)
         for position, members in by_entity.items():
-            self.models_[cluster_key(position)] = weighted_average(
-                [r.weights for r in members], [r.num_samples for r in members]
-            )
+            self.models_[cluster_key(position)] = self._average(members)
 
     # -- clustering ------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_average
+from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.flhc_tree import (
@@ -235,9 +235,7 @@ class FLHC(Strategy):
         for r in results:
             by_model.setdefault(r.model_key, []).append(r)
         for key, members in by_model.items():
-            self.models_[key] = weighted_average(
-                [r.weights for r in members], [r.num_samples for r in members]
-            )
+            self.models_[key] = self._average(members)
 
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
         """Cluster the answering clients by their updates; each cluster averages its members."""
@@ -259,9 +257,7 @@ class FLHC(Strategy):
         self.cut_ = cut
         for position in range(int(labels.max()) + 1):
             members = [r for r, label in zip(results, labels, strict=True) if label == position]
-            self.models_[cluster_key(position)] = weighted_average(
-                [r.weights for r in members], [r.num_samples for r in members]
-            )
+            self.models_[cluster_key(position)] = self._average(members)
             for r in members:
                 self.clusters_[r.client_id] = cluster_key(position)
         if len(self.clusters_) == len(self.client_ids_):

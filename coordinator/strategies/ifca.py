@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
 from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
 from faultfleet.tasks import EvaluateResult, Failure, FitResult
@@ -101,9 +100,7 @@ class IFCA(Strategy):
             self.eval_keys_.pop(r.client_id, None)
         self.same_model_.record(server_round, results)
         for key, members in by_cluster.items():
-            self.models_[key] = weighted_average(
-                [r.weights for r in members], [r.num_samples for r in members]
-            )
+            self.models_[key] = self._average(members)
         logger.debug(
             "round %d: cluster sizes %s",
             server_round,

@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import cosine_similarity_matrix, weighted_average
+from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
 from coordinator.strategies.ifca import cluster_key
@@ -294,7 +294,7 @@ class JointGradientLoss(Strategy):
             by_cluster.setdefault(k, []).append(r)
         for k, members in sorted(by_cluster.items()):
             key = cluster_key(k)
-            new = weighted_average([r.weights for r in members], [r.num_samples for r in members])
+            new = self._average(members)
             probed = [
                 self.probe_gradients_[r.client_id][k]
                 for r in members

@@ -75,6 +75,9 @@ class RejectReason(StrEnum):
     """A second answer for the same (round, agent): kept once, idempotently."""
     LATE = "late"
     """An answer that arrived after its round's deadline."""
+    TOO_MANY_SAMPLES = "too_many_samples"
+    """An update claiming more training samples than its agent declared when it came online,
+    or an agent status declaring more than the coordinator's plausible limit."""
 
 
 class WireError(FaultfleetError, ValueError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from coordinator.engine.state import has_state
 from coordinator.strategies.registry import STRATEGIES
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
 from faultfleet.files import atomic_write
 from faultfleet.models.zoo import MODEL_NAMES
@@ -111,6 +112,14 @@ def add_sim_command(commands: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="strategy hyper-parameter, e.g. n_clusters=6 for ifca (repeatable)",
+    )
+    sim.add_argument(
+        "--aggregation",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="how updates are averaged, e.g. trim_fraction=0 or noise_multiplier=1 "
+        "(repeatable; 'off' first switches every robust rule off; docs/federated.md)",
     )
     sim.add_argument(
         "--compare",
@@ -218,7 +227,28 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         strategy_options=dict(parse_option(o) for o in args.option),
         joins=tuple(parse_member_round(j, "--join") for j in args.join) or None,
         leaves=tuple(parse_member_round(e, "--leave") for e in args.leave) or None,
+        aggregation=parse_aggregation(args.aggregation),
     )
+
+
+def parse_aggregation(items: list[str]) -> AggregationPolicy:
+    """``--aggregation`` items on top of the default policy; ``off`` starts from no rule.
+
+    ``["off", "noise_multiplier=1", "clip_norm=0.5"]`` → differential privacy alone.
+    """
+    values = asdict(DEFAULT_POLICY)
+    keys = ", ".join(values)
+    for item in items:
+        if item.strip().lower() == "off":
+            values = asdict(AggregationPolicy())
+            continue
+        key, value = parse_option(item)
+        if key not in values:
+            raise UsageError(f"--aggregation {item!r}: unknown key {key!r}; the keys are {keys}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"--aggregation {item!r}: {key} takes a number, e.g. {key}=0")
+        values[key] = float(value)
+    return AggregationPolicy(**values)
 
 
 def run_with_progress(
@@ -334,6 +364,13 @@ def run_sim(args: argparse.Namespace) -> int:
         f"purity {final['purity']:.3f}, {result.wall_seconds:.0f} s"
     )
     print("\n".join(format_quality(result.quality_json())))
+    if result.privacy is not None:
+        privacy = result.privacy
+        print(
+            f"differential privacy: epsilon {privacy.epsilon:.3g} at delta {privacy.delta:g} "
+            f"(noise multiplier {privacy.noise_multiplier:g}, clip norm {privacy.clip_norm:g}, "
+            f"sampling rate {privacy.sampling_rate:.3g}, {privacy.rounds} rounds)"
+        )
     print(f"results in {args.out}/results.json, plots accuracy.png and clusters.png")
     return 0
 

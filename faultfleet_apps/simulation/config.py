@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.membership import Schedule, check_schedule
@@ -69,6 +70,9 @@ class SimConfig:
     (:mod:`faultfleet_apps.simulation.membership`; FAACL and FedAvg only)."""
     leaves: Schedule = ()
     """(client id, round): the machine leaves for good before that round."""
+    aggregation: AggregationPolicy = DEFAULT_POLICY
+    """How each group of updates is averaged: robust rules, differential privacy
+    (:mod:`coordinator.strategies.robust`)."""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS and not self.scenario.startswith(IMAGE_PREFIX):
@@ -114,9 +118,13 @@ class SimConfig:
         ``groups`` is written as its text (``"0,1*8;2,3*8"``). Unset optional fields (an
         empty ``groups``, ``joins`` or ``leaves``, no ``machine_spread``) are left out, so
         the document of a run that does not use them is the one written before they
-        existed (checkpoints and results written then still match their settings).
+        existed (checkpoints and results written then still match their settings). So is
+        ``aggregation`` when every rule is off (``AggregationPolicy()``): the plain weighted
+        mean of runs before the rules.
         """
         data = asdict(self)
+        if self.aggregation == AggregationPolicy():
+            del data["aggregation"]
         data["windows_per_client"] = list(self.windows_per_client)
         data["groups"] = format_label_groups(self.groups)
         for name in ("joins", "leaves"):
@@ -128,9 +136,11 @@ class SimConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SimConfig:
-        """The settings :meth:`to_json` wrote (a missing ``joins``/``leaves`` is empty)."""
+        """The settings :meth:`to_json` wrote (a missing ``joins``/``leaves`` is empty, a
+        missing ``aggregation`` the plain weighted mean)."""
         values = dict(data)
         values["train"] = TrainConfig(**values.get("train", {}))
+        values["aggregation"] = AggregationPolicy(**values.get("aggregation", {}))
         if "windows_per_client" in values:
             low, high = values["windows_per_client"]
             values["windows_per_client"] = (low, high)

@@ -22,8 +22,15 @@ from typing import Any
 
 from coordinator.engine.rounds import EvaluationReport, RoundEngine
 from coordinator.engine.state import has_state, load_state, save_state
+from coordinator.strategies.privacy import (
+    PrivacyReport,
+    check_accountant,
+    privacy_report,
+    sampling_rate,
+)
 from coordinator.strategies.quality import RunQuality, assess
 from coordinator.strategies.registry import make_strategy
+from coordinator.strategies.robust import Averaging
 from edge_agent.batching import select_device
 from faultfleet.errors import UsageError
 from faultfleet.models.zoo import build_model, model_factory
@@ -76,6 +83,11 @@ class RoundRecord:
     """Cluster quality after the round (:func:`round_quality`): ``confidence``,
     ``min_margin``, ``borderline_clusters`` and the round's scored ``merges``; empty in
     histories written before it was kept."""
+    norm_clipped: int = 0
+    """Updates the round's averaging scaled down to its norm bound
+    (:mod:`coordinator.strategies.robust`)."""
+    weight_capped: int = 0
+    """Updates whose sample count the round's averaging cut to its weight cap."""
 
 
 @dataclass
@@ -90,6 +102,8 @@ class SimResult:
     wall_seconds: float
     quality: RunQuality | None = None
     """Cluster quality of the final clustering (None for results built by hand)."""
+    privacy: PrivacyReport | None = None
+    """Privacy spent, when the run's averaging is differentially private."""
 
     @property
     def true_groups(self) -> dict[str, int]:
@@ -127,6 +141,16 @@ class SimResult:
             "history": [_finite(asdict(r)) for r in self.history],
             "wall_seconds": self.wall_seconds,
             "cluster_quality": self.quality_json(),
+            "aggregation": self.aggregation_json(),
+            "privacy": None if self.privacy is None else self.privacy.to_json(),
+        }
+
+    def aggregation_json(self) -> dict[str, Any]:
+        """The averaging policy and how many updates its rules clipped or capped."""
+        return {
+            "policy": asdict(self.config.aggregation),
+            "norm_clipped": sum(r.norm_clipped for r in self.history),
+            "weight_capped": sum(r.weight_capped for r in self.history),
         }
 
     def quality_json(self) -> dict[str, Any] | None:
@@ -227,6 +251,7 @@ def make_engine(
     strategy = make_strategy(
         config.strategy, fraction=config.fraction, options=config.strategy_options
     )
+    strategy.averaging = Averaging(config.aggregation, noise_seed=config.seed)
     factory = model_factory(
         config.model, federation.sample_shape, federation.n_classes, config.seed
     )
@@ -287,6 +312,8 @@ def run_simulation(
         ``[wire]``); byte counts become its encoded sizes. Default: weights pass untouched.
     """
     start = clock()
+    if config.aggregation.private:
+        check_accountant()
     federation = federation or build_federation(config)
     engine = make_engine(config, federation, codec=codec)
     schedule = membership_schedule(config, federation)
@@ -340,6 +367,8 @@ def run_simulation(
             members=len(engine.fleet.client_ids()),
             evaluated=0 if evaluation is None else len(evaluation.accuracy_by_client()),
             quality=round_quality(assess(engine.strategy.cluster_evidence(), report.server_round)),
+            norm_clipped=engine.strategy.averaged_.report.norm_clipped,
+            weight_capped=engine.strategy.averaged_.report.weight_capped,
         )
         history.append(record)
         if checkpoint_dir is not None:
@@ -362,4 +391,11 @@ def run_simulation(
         client_accuracy=accuracy_by_client,
         wall_seconds=clock() - start,
         quality=assess(engine.strategy.cluster_evidence()),
+        privacy=privacy_report(
+            config.aggregation,
+            sampling_rate(
+                config.fraction, len(engine.fleet.client_ids()), engine.strategy.full_participation
+            ),
+            engine.server_round,
+        ),
     )

@@ -14,6 +14,8 @@ from faultfleet.scoring import (
     clustering_scores,
     mean_client_accuracy,
     purity,
+    trim_count,
+    trimmed_client_accuracy,
 )
 
 Score = Callable[[Sequence[int], Sequence[int]], float]
@@ -132,3 +134,29 @@ def test_bad_accuracies_raise(accuracies: list[float], message: str) -> None:
     # Execute / Assert
     with pytest.raises(ValueError, match=message):
         mean_client_accuracy(accuracies)
+
+
+@pytest.mark.parametrize(
+    ("k", "fraction", "dropped"),
+    [(1, 0.1, 0), (2, 0.4, 0), (3, 0.1, 1), (10, 0.1, 1), (11, 0.1, 2), (9, 0.25, 3), (5, 0.0, 0)],
+)
+def test_trim_count_drops_the_rounded_up_share_and_keeps_at_least_one(
+    k: int, fraction: float, dropped: int
+) -> None:
+    assert trim_count(k, fraction) == dropped
+
+
+def test_one_client_reporting_full_marks_cannot_carry_the_trimmed_accuracy() -> None:
+    honest = [0.6, 0.62, 0.58, 0.61]
+
+    boasting = trimmed_client_accuracy([*honest, 1.0])
+    sulking = trimmed_client_accuracy([*honest, 0.0])
+
+    assert boasting == pytest.approx((0.6 + 0.62 + 0.61) / 3)  # 0.58 and 1.0 dropped
+    assert sulking == pytest.approx((0.6 + 0.58 + 0.61) / 3)  # 0.0 and 0.62 dropped
+    assert trimmed_client_accuracy([0.2, 0.9]) == mean_client_accuracy([0.2, 0.9])
+
+
+def test_the_trimmed_accuracy_checks_its_input_like_the_mean() -> None:
+    with pytest.raises(ValueError, match="must lie in"):
+        trimmed_client_accuracy([0.5, 0.5, 2.0])

@@ -27,7 +27,7 @@ from coordinator.runtime.service import CoordinatorService
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import Failure, FitTask, TrainConfig
-from faultfleet.wire.messages import ModelSpec, TensorEncoding
+from faultfleet.wire.messages import AgentStatus, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from tests.clocks import ManualClock
@@ -66,10 +66,15 @@ def test_silent_agent_fails_at_the_deadline_and_the_round_keeps_the_others(
         policy=lambda task: None if task.agent_id == "mute" else 0.0,
     )
     connection = MqttConnection(client_id="test-coordinator", settings=broker_settings)
+    presence = AgentRegistry()  # as the service keeps it: the training windows each declared
+    for agent in ("a0", "mute"):
+        presence.update(
+            AgentStatus(agent_id=agent, state="online", can_train=True, num_train_samples=10)
+        )
     fleet = MqttFleet(
         connection,
         TOPICS,
-        AgentRegistry(),
+        presence,
         ["a0", "mute"],
         run_id="run-1",
         model=SPEC,

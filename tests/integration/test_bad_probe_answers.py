@@ -167,9 +167,11 @@ def test_bad_probe_answers_are_rejected_by_reason_and_probes_complete(
     finally:
         agents.stop()
 
-    # Assert: every bad answer was counted under its reason
+    # Assert: every bad answer was counted under its reason (a probe's sample count is no
+    # averaging weight: too_many_samples concerns updates only)
     assert {r: rejected(r) for r in RejectReason} == dict.fromkeys(RejectReason, 1.0) | {
-        RejectReason.WRONG_SHAPE: 2.0
+        RejectReason.WRONG_SHAPE: 2.0,
+        RejectReason.TOO_MANY_SAMPLES: 0.0,
     }
     assert fleet.connection.handler_errors == 0
 

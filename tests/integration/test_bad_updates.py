@@ -5,9 +5,11 @@ A coordinator service runs two rounds with three agents played on the wire by th
 once, ``slow`` only when the test says so. The round deadline is measured on a clock the
 test moves. While round 1 waits for ``slow``, the test publishes one bad message of every
 kind on the agents' results topics and waits until the coordinator counted it under its
-reason; in round 2 ``slow`` stays silent until the test moved the clock past the deadline,
-which closes the round, and then answers, late. Both rounds complete with the good
-agents' updates and nothing rejected reaches the model.
+reason; the last, an update claiming more training samples than ``slow`` declared, fails
+its task at once and so closes round 1 without its deadline passing. In round 2 ``slow``
+stays silent until the test moved the clock past the deadline,
+which closes the round, and then answers, late. Both rounds complete with the good agents'
+updates and nothing rejected reaches the model.
 """
 
 from __future__ import annotations
@@ -99,11 +101,15 @@ def test_bad_updates_are_rejected_by_reason_and_rounds_complete(
             agents.send(agent_id, payload)
             wait_until(counted_once(reason), 60, f"the {reason} rejection")
         round_1_open = value("faultfleet_rounds_total") == 0
-        agents.send("slow", agents.fit_answer(task))
+        # slow declared 10 training windows: a claim of 10**12 is refused and fails its task
+        # at once, which closes round 1 although its deadline never passes
+        agents.send("slow", fit_frame(header, weights, num_samples=10**12))
+        wait_until(counted_once(RejectReason.TOO_MANY_SAMPLES), 60, "the too_many_samples one")
+        wait_until(lambda: value("faultfleet_rounds_total") == 1, 60, "round 1 without slow")
 
         # Execute: round 2 closes at its deadline without slow, which then answers late
         wait_until(lambda: bool(agents.fit_tasks("slow", 2)), 60, "round 2's task to slow")
-        wait_until(lambda: value("faultfleet_updates_received_total") == 5, 60, "round 2's updates")
+        wait_until(lambda: value("faultfleet_updates_received_total") == 4, 60, "round 2's updates")
         round_2_open = value("faultfleet_rounds_total") == 1
         round_clock.advance(DEADLINE_S)
         wait_until(lambda: value("faultfleet_rounds_total") == 2, 60, "round 2's deadline")
@@ -118,12 +124,16 @@ def test_bad_updates_are_rejected_by_reason_and_rounds_complete(
     assert round_1_open  # its deadline never passed: it waited for slow
     assert round_2_open  # until the deadline passed
     assert {r: rejected(r) for r in RejectReason} == dict.fromkeys(RejectReason, 1.0)
-    assert value("faultfleet_updates_received_total") == 3 + 2
+    assert value("faultfleet_updates_received_total") == 2 + 2
     assert service.connection.handler_errors == 0
 
     # Assert: both rounds completed with the good updates; nothing rejected reached the model
     assert summary.finished
     assert summary.server_round == 2
+    assert (
+        "round 1: slow failed: its update claimed 1000000000000 training samples; it declared 10"
+        in caplog.messages
+    )
     assert "round 2: slow failed: no answer within the 4 s deadline" in caplog.messages
     assert not any("a0 failed" in m or "a1 failed" in m for m in caplog.messages)
     assert service.engine is not None

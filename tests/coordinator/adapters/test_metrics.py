@@ -26,6 +26,7 @@ DESIGN_METRICS = {
     "faultfleet_agents_by_state": "gauge",
     "faultfleet_rounds_without_quorum_total": "counter",
     "faultfleet_tasks_resent_total": "counter",
+    "faultfleet_updates_clipped_total": "counter",
     "faultfleet_build_info": "gauge",
     "faultfleet_clusters": "gauge",
     "faultfleet_federation_agents": "gauge",
@@ -83,7 +84,7 @@ def test_every_reject_reason_is_reported_as_zero_from_the_start() -> None:
 
     # Assert
     assert scraped == {reason.value: 0.0 for reason in RejectReason}
-    assert len(scraped) == 8
+    assert len(scraped) == 9
 
 
 def test_reject_counts_under_its_reason_and_refuses_unknown_reasons() -> None:
@@ -102,6 +103,23 @@ def test_reject_counts_under_its_reason_and_refuses_unknown_reasons() -> None:
         metrics.reject("because")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n must be >= 0"):
         metrics.reject(RejectReason.LATE, n=-1)
+
+
+def test_clipped_updates_are_counted_by_rule_from_zero() -> None:
+    metrics = CoordinatorMetrics()
+    before = {
+        rule: value(metrics.registry, "faultfleet_updates_clipped_total", rule=rule)
+        for rule in ("norm", "weight")
+    }
+
+    metrics.count_clipped(norm=3, weight=1)
+    metrics.count_clipped(norm=0, weight=2)
+
+    assert before == {"norm": 0.0, "weight": 0.0}
+    assert value(metrics.registry, "faultfleet_updates_clipped_total", rule="norm") == 3
+    assert value(metrics.registry, "faultfleet_updates_clipped_total", rule="weight") == 3
+    with pytest.raises(ValueError, match="must be >= 0"):
+        metrics.count_clipped(norm=-1, weight=0)
 
 
 def test_observe_round_counts_sets_the_round_and_records_the_duration() -> None:

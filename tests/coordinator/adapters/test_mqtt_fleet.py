@@ -1,4 +1,5 @@
-"""Which agents a round of :class:`MqttFleet` offers, fresh and replayed after a restart.
+"""Which agents a round of :class:`MqttFleet` offers, fresh and replayed after a restart, and
+the bound on an update's sample count.
 
 No broker: the fleet's connection is never started, and presence comes from statuses fed
 to its registry by hand, in the order a restarted coordinator may receive them.
@@ -9,16 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
-from faultfleet.wire.messages import AgentStatus, ModelSpec, TensorEncoding
+from coordinator.adapters.round_tasks import Collection
+from faultfleet.tasks import FitTask, TrainConfig
+from faultfleet.wire.messages import AgentStatus, FitTaskMessage, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.topics import Topics
+from tests.integration.services import sample_value
+from tests.integration.wire_clients import fit_frame
 
 CLIENTS = ["a", "b", "c", "d"]
 
@@ -27,7 +33,9 @@ def status(agent_id: str, state: Literal["online", "offline"]) -> AgentStatus:
     return AgentStatus(agent_id=agent_id, state=state, can_train=True, num_train_samples=10)
 
 
-def fleet(journal_dir: Path, registry: AgentRegistry) -> MqttFleet:
+def fleet(
+    journal_dir: Path, registry: AgentRegistry, metrics: CoordinatorMetrics | None = None
+) -> MqttFleet:
     return MqttFleet(
         MqttConnection(client_id="never-started", settings=BrokerSettings()),
         Topics(),
@@ -40,7 +48,7 @@ def fleet(journal_dir: Path, registry: AgentRegistry) -> MqttFleet:
         deadline_s=30.0,
         min_quorum=1,
         journal=RoundJournal(journal_dir),
-        metrics=CoordinatorMetrics(CollectorRegistry()),
+        metrics=metrics or CoordinatorMetrics(CollectorRegistry()),
         max_payload_bytes=1 << 20,
     )
 
@@ -86,3 +94,38 @@ def test_a_replayed_round_keeps_its_agents_not_heard_from_since_the_restart(
     assert replayed == ["a", "c"]  # c may simply not have been heard from yet
     assert after_c_left == ["a"]
     assert next_round == mqtt_fleet.available() == ["a", "d"]  # fresh again: online only
+
+
+def test_an_update_claiming_more_samples_than_declared_is_refused_and_fails_its_task(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a and b declared 10 training windows; round 1 has one fit task for each
+    registry = AgentRegistry()
+    for agent in ("a", "b"):
+        registry.update(status(agent, "online"))
+    metrics_registry = CollectorRegistry()
+    mqtt_fleet = fleet(tmp_path, registry, CoordinatorMetrics(metrics_registry))
+    mqtt_fleet.begin_round(1, replay=False)
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(
+        1, [FitTask(agent, {"global": start}, TrainConfig(), seed=1) for agent in ("a", "b")]
+    )
+    mqtt_fleet._collection = Collection({p.task_id: p for p, _, _ in frames})
+    (task_a, header_a, _), (task_b, header_b, _) = frames
+    assert isinstance(header_a, FitTaskMessage)
+    assert isinstance(header_b, FitTaskMessage)
+
+    # Execute: a claims 10**12 samples, b its own 10
+    mqtt_fleet.on_answer(Topics().results("a"), fit_frame(header_a, start + 1, num_samples=10**12))
+    mqtt_fleet.on_answer(Topics().results("b"), fit_frame(header_b, start + 1, num_samples=10))
+
+    # Assert
+    refused = sample_value(
+        metrics_registry, "faultfleet_updates_rejected_total", {"reason": "too_many_samples"}
+    )
+    assert refused == 1
+    assert task_a.result is None
+    assert task_a.failure is not None
+    assert "claimed 1000000000000 training samples; it declared 10" in task_a.failure.reason
+    assert task_b.failure is None  # accepted, on its way to the journal
+    assert task_b.journaling or task_b.result is not None

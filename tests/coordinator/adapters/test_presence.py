@@ -208,3 +208,13 @@ def test_every_online_status_but_a_new_models_is_reported_online() -> None:
 
     # Assert: the first status and both reconnections, not the model announcement
     assert reported.calls == ["m01", "m01", "m01"]
+
+
+def test_declared_samples_come_from_the_last_online_status() -> None:
+    registry = AgentRegistry(known=["old"])
+    registry.update(online("a", samples=250))
+    registry.update(offline("a"))
+
+    assert registry.declared_samples("a") == 250  # kept while offline
+    assert registry.declared_samples("old") == 0  # not heard from since a restart
+    assert registry.declared_samples("nobody") == 0

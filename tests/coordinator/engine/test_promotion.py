@@ -60,6 +60,25 @@ def test_only_agents_that_scored_both_versions_are_compared() -> None:
     assert figures.candidate_accuracy == pytest.approx(0.5)
 
 
+def test_one_agent_reporting_full_marks_cannot_carry_a_worse_candidate() -> None:
+    # Prepare: four agents measure the candidate 0.2 below the serving version; a fifth, a
+    # poisoning gateway, reports 1.0 for the candidate and 0.0 for the serving version
+    honest_candidate = {"a": 0.60, "b": 0.55, "c": 0.62, "d": 0.58}
+    honest_serving = {"a": 0.80, "b": 0.76, "c": 0.81, "d": 0.79}
+
+    # Execute
+    figures = decide(
+        _results({**honest_candidate, "gw": 1.0}),
+        _results({**honest_serving, "gw": 0.0}),
+        margin=0.02,
+    )
+
+    # Assert: a plain mean would have said 0.67 against 0.632 and promoted it
+    assert figures.decision is Decision.REJECTED
+    assert figures.candidate_accuracy == pytest.approx((0.60 + 0.62 + 0.58) / 3)
+    assert figures.serving_accuracy == pytest.approx((0.80 + 0.76 + 0.79) / 3)
+
+
 def test_a_candidate_nobody_could_score_is_rejected() -> None:
     figures = decide([], _results({"a": 0.9}), margin=0.1, serving_version=1)
 

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from coordinator.runtime.settings import (
+    AggregationSettings,
     CampaignSettings,
     CoordinatorSettings,
     RunSettings,
@@ -17,6 +18,7 @@ from coordinator.runtime.settings import (
     parse_duration,
 )
 from coordinator.strategies.registry import STRATEGIES
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet.tasks import TrainConfig
 from faultfleet.wire.messages import TensorEncoding
@@ -50,6 +52,40 @@ def test_defaults_follow_the_design() -> None:
     assert (run.eval_every, run.publish_every, run.retry_wait_s) == (10, 10, 10.0)
     assert settings.train.config() == TrainConfig()
     assert settings.wire == TensorEncoding(dtype="float32", compression="none")
+    assert settings.aggregation.max_samples_per_agent == 1_000_000
+    assert settings.aggregation.policy() == DEFAULT_POLICY
+
+
+def test_the_aggregation_section_describes_the_averaging_policy() -> None:
+    settings = CoordinatorSettings.model_validate(
+        {
+            "aggregation": {
+                "clip_factor": 0,
+                "weight_cap": 0,
+                "trim_fraction": 0,
+                "noise_multiplier": 1.5,
+                "clip_norm": 0.8,
+            }
+        }
+    )
+
+    assert settings.aggregation.policy() == AggregationPolicy(noise_multiplier=1.5, clip_norm=0.8)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"noise_multiplier": 1.0}, "needs clip_norm > 0"),
+        ({"clip_factor": 0.5}, "clip_factor must be 0 \\(off\\) or >= 1"),
+        ({"trim_fraction": 0.5}, "trim_fraction"),
+        ({"max_samples_per_agent": 0}, "max_samples_per_agent"),
+        ({"clip_norm": -1}, "clip_norm"),
+        ({"clip": "adaptive"}, "clip"),
+    ],
+)
+def test_the_aggregation_section_is_checked(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        AggregationSettings.model_validate(values)
 
 
 def test_train_settings_become_a_train_config() -> None:

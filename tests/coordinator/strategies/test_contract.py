@@ -13,6 +13,7 @@ from coordinator.engine.state import load_state, save_state
 from coordinator.strategies.base import Strategy
 from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import STRATEGIES, make_strategy
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy, Averaging
 from faultfleet.tasks import FitInstruction, FitResult, FitTask, TrainConfig, client_seed
 from tests.coordinator.fakes import SyntheticFleet, seeded_factory
 
@@ -105,6 +106,50 @@ def test_aggregate_does_not_depend_on_client_order(new_strategy: Factory) -> Non
     assert a.cluster_labels() == b.cluster_labels()
     for key, weights in a.models.items():
         np.testing.assert_array_equal(weights, b.models[key])
+
+
+AVERAGINGS = {
+    "robust": Averaging(DEFAULT_POLICY),
+    "private": Averaging(AggregationPolicy(noise_multiplier=1.0, clip_norm=0.5), noise_seed=3),
+}
+
+
+@pytest.mark.parametrize("averaging", AVERAGINGS.values(), ids=AVERAGINGS.keys())
+def test_robust_and_private_aggregates_do_not_depend_on_client_order(
+    new_strategy: Factory, averaging: Averaging
+) -> None:
+    fleet = SyntheticFleet(GROUPS)
+    a, b = new_strategy(), new_strategy()
+    a.averaging = b.averaging = averaging
+    engine_a, engine_b = engine_for(a, fleet), engine_for(b, fleet)
+    for server_round in range(1, 5):
+        instructions = a.configure_round(server_round, fleet.available(), engine_a.rng)
+        b.configure_round(server_round, fleet.available(), engine_b.rng)
+        outcome = fleet.fit(server_round, _tasks(a, instructions, server_round))
+        a.aggregate_round(server_round, outcome.results, ())
+        b.aggregate_round(server_round, outcome.results[::-1], ())
+    assert a.cluster_labels() == b.cluster_labels()
+    for key, weights in a.models.items():
+        np.testing.assert_array_equal(weights, b.models[key])
+
+
+def test_identical_updates_aggregate_to_themselves_under_the_default_policy(
+    new_strategy: Factory,
+) -> None:
+    fleet = SyntheticFleet(GROUPS)
+    strategy = new_strategy()
+    strategy.averaging = Averaging(DEFAULT_POLICY)
+    engine = engine_for(strategy, fleet)
+    instructions = strategy.configure_round(1, fleet.available(), engine.rng)
+    same = np.full(8, 0.25, dtype=np.float32)
+    keys = [i.model_keys[0] for i in instructions]
+    results = [
+        FitResult(i.client_id, key, same.copy(), same - strategy.models[key], 10, 0.1)
+        for i, key in zip(instructions, keys, strict=True)
+    ]
+    strategy.aggregate_round(1, results, ())
+    for key in keys:
+        np.testing.assert_allclose(strategy.models[key], same, rtol=0, atol=1e-7)
 
 
 def test_identical_updates_aggregate_to_themselves(new_strategy: Factory) -> None:

@@ -191,4 +191,5 @@ def test_reject_reasons_are_the_metric_label_values() -> None:
         "unknown_task",
         "duplicate",
         "late",
+        "too_many_samples",
     ]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
+from coordinator.strategies.privacy import privacy_spent
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
+from faultfleet.errors import UsageError
 from faultfleet_apps.cli.main import main
-from faultfleet_apps.cli.sim import parse_member_round, parse_option
+from faultfleet_apps.cli.sim import parse_aggregation, parse_member_round, parse_option
 
 SMALL = ["--profile", "quick", "--rounds", "2", "--clients-per-group", "1", "--device", "cpu"]
 
@@ -40,6 +44,58 @@ def test_strategy_options_reach_the_strategy(tmp_path: Path) -> None:
     document = json.loads((out / "results.json").read_text())
     assert document["config"]["strategy_options"] == {"n_clusters": 2}
     assert not (out / "compare-fedavg").exists()
+
+
+def test_differential_privacy_from_the_command_line_reports_its_epsilon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "private"
+    private = ["--aggregation", "off", "--aggregation", "noise_multiplier=1"]
+    private += ["--aggregation", "clip_norm=0.5", "--aggregation", "dp_delta=1e-6"]
+    args = ["sim", "--strategy", "fedavg", *private, "--out", str(out), *SMALL]
+
+    assert main(args) == 0
+
+    document = json.loads((out / "results.json").read_text())
+    policy = AggregationPolicy(noise_multiplier=1.0, clip_norm=0.5, dp_delta=1e-6)
+    assert document["config"]["aggregation"] == asdict(policy)
+    assert document["aggregation"]["policy"] == asdict(policy)
+    privacy = document["privacy"]
+    # 6 machines (one per group), half of them sampled per round, 2 rounds
+    expected = privacy_spent(1.0, 0.5, 2, 1e-6)
+    assert privacy["epsilon"] == pytest.approx(expected)
+    assert (privacy["sampling_rate"], privacy["rounds"]) == (0.5, 2)
+    assert f"differential privacy: epsilon {expected:.3g} at delta 1e-06" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        ([], DEFAULT_POLICY),
+        (["off"], AggregationPolicy()),
+        (["trim_fraction=0.1"], replace(DEFAULT_POLICY, trim_fraction=0.1)),
+        (["off", "clip_factor=2"], AggregationPolicy(clip_factor=2.0)),
+        (["clip_norm=1", "off", "weight_cap=3"], AggregationPolicy(weight_cap=3.0)),
+    ],
+)
+def test_parse_aggregation_lays_items_over_the_default(
+    items: list[str], expected: AggregationPolicy
+) -> None:
+    assert parse_aggregation(items) == expected
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["clip=3"], "unknown key 'clip'; the keys are clip_factor, clip_norm"),
+        (["clip_factor=high"], "clip_factor takes a number"),
+        (["trim_fraction=0.6"], "trim_fraction must be below 0.5"),
+        (["noise_multiplier=1"], "needs clip_norm > 0"),
+    ],
+)
+def test_parse_aggregation_names_what_is_wrong(items: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_aggregation(items)
 
 
 def test_unknown_option_is_a_one_line_error(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.config import SimConfig, profile
 from faultfleet_apps.simulation.runner import build_federation, run_simulation
@@ -63,6 +64,12 @@ def test_results_document_has_every_field(federation) -> None:  # type: ignore[n
     merged_in_history = [m for h in history for m in h["quality"]["merges"]]
     assert quality["merges"] == merged_in_history
     assert quality["confidence"] is None or 0.0 <= quality["confidence"] <= 1.0
+    assert document["aggregation"] == {
+        "policy": asdict(DEFAULT_POLICY),
+        "norm_clipped": sum(h["norm_clipped"] for h in history),
+        "weight_capped": sum(h["weight_capped"] for h in history),
+    }
+    assert document["privacy"] is None
 
 
 def test_same_seed_gives_the_same_run(federation) -> None:  # type: ignore[no-untyped-def]
@@ -91,6 +98,33 @@ def test_resumed_run_equals_uninterrupted(
         for record in document["history"]:
             record.pop("seconds")
     assert resumed == uninterrupted
+
+
+def test_a_resumed_private_run_draws_the_noise_an_uninterrupted_one_does(
+    federation: Federation, tmp_path: Path
+) -> None:
+    private = AggregationPolicy(noise_multiplier=0.5, clip_norm=0.5)
+    config = replace(TINY, rounds=3, aggregation=private)
+    uninterrupted = run_simulation(config, federation=federation).to_json()
+    run_simulation(config, federation=federation, checkpoint_dir=tmp_path, stop_after=2)
+    resumed = run_simulation(
+        config, federation=federation, checkpoint_dir=tmp_path, resume=True
+    ).to_json()
+    for document in (uninterrupted, resumed):
+        document.pop("wall_seconds")
+        for record in document["history"]:
+            record.pop("seconds")
+    assert resumed == uninterrupted
+    assert resumed["privacy"]["rounds"] == 3
+
+
+def test_settings_without_any_averaging_rule_read_as_before_the_rules() -> None:
+    plain = replace(TINY, aggregation=AggregationPolicy())
+
+    assert "aggregation" not in plain.to_json()
+    assert SimConfig.from_json(plain.to_json()) == plain
+    assert TINY.to_json()["aggregation"] == asdict(DEFAULT_POLICY)
+    assert SimConfig.from_json(TINY.to_json()) == TINY
 
 
 def test_resume_refuses_a_checkpoint_of_other_settings(federation, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
