@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +27,29 @@ from coordinator.strategies.aggregate import cosine_similarity_matrix
 from faultfleet.tasks import FitResult
 from faultfleet.types import Float64Array
 
-if TYPE_CHECKING:
-    from coordinator.strategies.base import Merge
+
+@dataclass(frozen=True)
+class Merge:
+    """Two clusters that became one, as an agglomerative strategy records it.
+
+    Attributes
+    ----------
+    round : int
+        The server round whose aggregation merged them.
+    first, second : tuple of str
+        Client ids of the two clusters, each in registration order.
+    similarity : float
+        The similarity that let them merge (FLACC: α_min^cross of eq. 15, a cosine).
+    threshold : float
+        The bar that similarity had to clear (FLACC: α0 of eq. 16, or the data-driven bar
+        of its default rule); ``similarity - threshold`` is the merge's margin.
+    """
+
+    round: int
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    similarity: float
+    threshold: float
 
 
 @dataclass(frozen=True)

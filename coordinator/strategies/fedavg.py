@@ -11,10 +11,9 @@ from typing import ClassVar
 
 from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import Strategy
+from coordinator.strategies.keys import GLOBAL
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import ModelFactory
-
-GLOBAL = "global"
 
 
 class FedAvg(Strategy):

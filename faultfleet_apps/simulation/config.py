@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from coordinator.strategies.parameters import FRACTION, check_value
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.membership import Schedule, check_schedule
@@ -56,8 +57,9 @@ class SimConfig:
             )
         if self.rounds < 1:
             raise UsageError(f"rounds must be >= 1, got {self.rounds}")
-        if not 0.0 < self.fraction <= 1.0:
-            raise UsageError(f"fraction must be in (0, 1], got {self.fraction}")
+        # the strategies' declaration of the client fraction, checked here too: CFL takes
+        # no fraction and --compare runs FedAvg with this one
+        check_value(FRACTION, self.fraction, "sim")
         if self.clients_per_group < 1:
             raise UsageError(f"clients_per_group must be >= 1, got {self.clients_per_group}")
         if self.eval_every < 1:
