@@ -6,9 +6,11 @@ to its registry by hand, in the order a restarted coordinator may receive them.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Literal
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.journal import RoundJournal
@@ -86,3 +88,48 @@ def test_a_replayed_round_keeps_its_agents_not_heard_from_since_the_restart(
     assert replayed == ["a", "c"]  # c may simply not have been heard from yet
     assert after_c_left == ["a"]
     assert next_round == mqtt_fleet.available() == ["a", "d"]  # fresh again: online only
+
+
+# -- lifecycle: the fleet owns its answer collector's thread ------------------------------
+
+
+def journal_writers() -> int:
+    return sum(t.name == "round-journal" and t.is_alive() for t in threading.enumerate())
+
+
+def test_building_a_fleet_starts_no_thread_and_it_refuses_rounds_until_started(
+    tmp_path: Path,
+) -> None:
+    before = journal_writers()
+
+    mqtt_fleet = fleet(tmp_path, AgentRegistry())
+
+    assert journal_writers() == before
+    with pytest.raises(RuntimeError, match=r"not started; call start\(\) first"):
+        mqtt_fleet.fit(1, [])
+
+
+def test_start_and_close_own_the_journal_writer_thread(tmp_path: Path) -> None:
+    before = journal_writers()
+    mqtt_fleet = fleet(tmp_path, AgentRegistry())
+
+    mqtt_fleet.start()
+    started = journal_writers()
+    with pytest.raises(RuntimeError, match="started already"):
+        mqtt_fleet.start()
+    mqtt_fleet.close()
+
+    assert (started, journal_writers()) == (before + 1, before)
+    with pytest.raises(RuntimeError, match="not started"):
+        mqtt_fleet.fit(1, [])
+
+
+def test_the_fleet_is_a_context_manager_for_its_answers(tmp_path: Path) -> None:
+    before = journal_writers()
+
+    with fleet(tmp_path, AgentRegistry()) as mqtt_fleet:
+        inside = journal_writers()
+        outcome = mqtt_fleet.fit(1, [])  # no task: nothing to wait for
+
+    assert (inside, journal_writers()) == (before + 1, before)
+    assert (outcome.results, outcome.failures) == ((), ())
