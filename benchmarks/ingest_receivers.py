@@ -2,9 +2,9 @@
 
 Each function delivers one frame per agent of a :class:`Workload` from the publisher
 process (:mod:`ingest_publisher`) to one receiver and returns a :class:`Run`: the time from
-the publisher's first publish to the receiver's last message. :class:`TimedFleet` and
-:class:`TimedJournal` are the real coordinator classes with clocks on their handler and
-journal writes.
+the publisher's first publish to the receiver's last message. :class:`TimedAnswers` and
+:class:`TimedJournal` are the real coordinator classes (the fleet's answer collector and its
+journal) with clocks on their handler and journal writes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ingest_publisher import TOPICS, WAIT_S, expect
 
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.adapters.mqtt_answers import AnswerCollector
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from faultfleet.tasks import FitTask, TrainConfig
@@ -63,8 +64,9 @@ class TimedJournal(RoundJournal):
         self.seconds += time.perf_counter() - started
 
 
-class TimedFleet(MqttFleet):
-    """The real fleet, adding up the time its network-thread handler takes."""
+class TimedAnswers(AnswerCollector):
+    """The fleet's real answer collector, adding up the time its network-thread handler
+    takes."""
 
     handler_seconds = 0.0
     last_answer_at = 0.0
@@ -167,7 +169,7 @@ def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run
         registry.update(
             AgentStatus(agent_id=agent, state="online", can_train=True, num_train_samples=100)
         )
-    fleet = TimedFleet(
+    fleet = MqttFleet(
         connection,
         TOPICS,
         registry,
@@ -182,6 +184,18 @@ def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run
         metrics=CoordinatorMetrics(),
         max_payload_bytes=settings.max_payload_bytes,
     )
+    timed = TimedAnswers(
+        connection,
+        TOPICS,
+        run_id="bench-ingest",
+        n_params=len(work.weights),
+        deadline_s=WAIT_S,
+        journal=journal,
+        metrics=fleet.answers.metrics,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+    fleet.answers = timed  # the same collector, with a clock on its handler
+    fleet.start()
     tasks = [
         FitTask(agent, {"global": work.weights}, TrainConfig(), seed=i)
         for i, agent in enumerate(work.agents)
@@ -199,12 +213,13 @@ def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run
         _, started, acked, frame_bytes = expect(work.pipe, "done")
     finally:
         connection.stop()
+        fleet.close()
     if len(outcome.results) != len(tasks):
         raise RuntimeError(f"only {len(outcome.results)} of {len(tasks)} updates were accepted")
     return Run(
-        fleet.last_answer_at - started,
+        timed.last_answer_at - started,
         acked - started,
         frame_bytes,
-        fleet.handler_seconds,
+        timed.handler_seconds,
         journal.seconds,
     )

@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from faultfleet_apps.cli.sim import parse_option
+from coordinator.strategies.registry import parse_options
 from faultfleet_apps.simulation.robustness import (
     FAIL_ARI,
     FLEET_PRESETS,
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         seeds = list(args.seeds)
     names = args.fleet or ([] if args.groups else list(FLEET_PRESETS))
     fleets = [fleet_named(name) for name in names] + [fleet_from_groups(t) for t in args.groups]
-    strategy = method(args.strategy, dict(parse_option(o) for o in args.option))
+    strategy = method(args.strategy)
+    strategy = method(args.strategy, parse_options(strategy.strategy, args.option))
     compare = [method(name) for name in args.compare]
     overrides = (("rounds", args.rounds),) if args.rounds else ()
     tasks = [

@@ -1,11 +1,12 @@
 """Collecting the agents' answers to the tasks of a round over MQTT.
 
-:class:`AnswerCollector` publishes a round's task frames and waits until every task is answered
-or failed, or the round deadline passes; :class:`~coordinator.adapters.mqtt_fleet.MqttFleet`
-builds on it for every kind of task. Answers are validated (:mod:`faultfleet.wire.codec`) in the
-network thread: a malformed, oversized, wrong-shape or non-finite update is rejected and counted
-by reason, a second answer for the same task is ignored (QoS 1 may deliver twice), and an answer
-after its round closed is counted late. An update that claims more training samples than its
+:class:`AnswerCollector` publishes a round's task frames and waits until every task is
+answered or failed, or the round deadline passes;
+:class:`~coordinator.adapters.mqtt_fleet.MqttFleet` holds one and sends every kind of task
+through it. Answers are validated (:mod:`faultfleet.wire.codec`) in the network thread: a
+malformed, oversized, wrong-shape or non-finite update is rejected and counted by reason, a
+second answer for the same task is ignored (QoS 1 may deliver twice), and an answer after
+its round closed is counted late. An update that claims more training samples than its
 agent declared when it came online is refused (``too_many_samples``) and fails its task at
 once: the sample count is the update's weight in the average. Every accepted update goes to the
 :class:`~coordinator.adapters.journal.RoundJournal` (in batches, in a writer thread) before it
@@ -17,6 +18,10 @@ its unanswered tasks again (:meth:`AnswerCollector.resend`): the broker may have
 or the answers, when it restarted — the agent reconnecting announces itself again, and a
 reconnecting coordinator receives every retained status anew. The agent answers a repeated
 task once (:mod:`edge_agent.task_worker`); a second answer is ignored as a duplicate.
+
+Building a collector starts nothing: :meth:`AnswerCollector.start` routes the answers topic
+to it and starts its journal writer thread, :meth:`AnswerCollector.close` stops that thread
+(its owner, the fleet, calls both).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ class AnswerCollector:
     declared_samples : callable, optional
         ``declared_samples(agent_id)``: the training windows the agent declared; an update
         may claim no more. None: no bound.
+
+    Nothing runs until :meth:`start`.
     """
 
     def __init__(
@@ -115,11 +122,38 @@ class AnswerCollector:
         self._closed: deque[str] = deque(maxlen=_CLOSED_MEMORY)
         self._closed_set: set[str] = set()
         self._aborted = False
-        self._writes: queue.Queue[Write] = queue.Queue()
-        threading.Thread(target=self._write_journal, name="round-journal", daemon=True).start()
-        connection.route(topics.all_results(), self.on_answer)
+        self._writes: queue.Queue[Write | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
 
-    def _dispatch(
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take answers: route ``agents/+/results`` here and start the journal writer thread.
+
+        Raises
+        ------
+        RuntimeError
+            Started already.
+        """
+        if self._writer is not None:
+            raise RuntimeError("the answer collector is started already")
+        self._writer = threading.Thread(
+            target=self._write_journal, name="round-journal", daemon=True
+        )
+        self._writer.start()
+        self.connection.route(self.topics.all_results(), self.on_answer)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the journal writer thread once it has written what it holds (waits at most
+        ``timeout_s`` seconds); answers arriving later are no longer journaled."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._writes.put(None)
+            writer.join(timeout_s)
+
+    # -- a round's tasks -------------------------------------------------------------------
+
+    def dispatch(
         self,
         frames: Sequence[Frame],
         replay: Mapping[str, bytes],
@@ -129,7 +163,16 @@ class AnswerCollector:
         Answers found in ``replay`` (task id → answer frame) are taken instead of sending
         their tasks again. Returns every task's bookkeeping entry, answered or failed, and
         the bytes published.
+
+        Raises
+        ------
+        RuntimeError
+            The collector is not started (:meth:`start`).
+        RoundAbortedError
+            :meth:`abort` was called.
         """
+        if self._writer is None:
+            raise RuntimeError("the answer collector is not started; call start() first")
         deadline = self.round_clock.monotonic() + self.deadline_s
         with self._lock:
             self._collection = Collection({p.task_id: p for p, _, _ in frames})
@@ -312,14 +355,20 @@ class AnswerCollector:
             )
 
     def _write_journal(self) -> None:
-        """Writer thread: journal accepted updates in batches, then count them."""
-        while True:
-            batch = [self._writes.get()]
+        """Writer thread: journal accepted updates in batches, then count them; ends at the
+        ``None`` that :meth:`close` queues, after the updates queued before it."""
+        stopping = False
+        while not stopping:
+            queued = [self._writes.get()]
             while True:
                 try:
-                    batch.append(self._writes.get_nowait())
+                    queued.append(self._writes.get_nowait())
                 except queue.Empty:
                     break
+            stopping = any(w is None for w in queued)
+            batch = [w for w in queued if w is not None]
+            if not batch:
+                continue
             entries = [(w.pending.agent_id, w.pending.task_id, w.payload) for w in batch]
             try:
                 self.journal.record_many(entries)

@@ -2,11 +2,13 @@
 
 Per round :class:`MqttFleet` publishes one task frame per task
 (:mod:`coordinator.adapters.task_frames`; an agent may get several), then collects the
-answers until every task is answered or the round deadline passes
-(:class:`~coordinator.adapters.mqtt_answers.AnswerCollector`, which validates, journals and
-counts them). Probes (losses and gradient tasks, :mod:`coordinator.adapters.mqtt_probes`)
-and evaluations are collected the same way but not journaled. Updates the journal holds for
-a round interrupted by a restart are replayed from there, not asked for again.
+answers until every task is answered or the round deadline passes, through the
+:class:`~coordinator.adapters.mqtt_answers.AnswerCollector` it holds (which validates,
+journals and counts them). :meth:`MqttFleet.start` starts taking answers (the collector's
+journal writer thread), :meth:`MqttFleet.close` stops; the fleet is also a context manager.
+Probes (losses and gradient tasks, :mod:`coordinator.adapters.mqtt_probes`) and evaluations
+are collected the same way but not journaled. Updates the journal holds for a round
+interrupted by a restart are replayed from there, not asked for again.
 
 A round with fewer updates than the quorum raises :class:`QuorumError`; the service retries
 it.
@@ -47,7 +49,7 @@ from faultfleet.wire.topics import Topics
 logger = logging.getLogger(__name__)
 
 
-class MqttFleet(AnswerCollector):
+class MqttFleet:
     """Edge agents as a fleet.
 
     Parameters
@@ -74,6 +76,12 @@ class MqttFleet(AnswerCollector):
         Unix time in seconds, for the tasks' deadlines (injected for tests).
     round_clock : Clock
         Measures the round deadline and waits for answers (injected for tests).
+
+    Attributes
+    ----------
+    answers : AnswerCollector
+        Publishes the round's task frames and collects the answers; started by
+        :meth:`start`.
     """
 
     def __init__(
@@ -96,6 +104,9 @@ class MqttFleet(AnswerCollector):
         round_clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.registry = registry
+        self.run_id = run_id
+        self.journal = journal
+        self.deadline_s = deadline_s
         self._clients = list(clients)
         self.model = model
         self.encoding = encoding
@@ -106,7 +117,7 @@ class MqttFleet(AnswerCollector):
         )
         self._round_available: list[str] | None = None
         self._replaying = False
-        super().__init__(
+        self.answers = AnswerCollector(
             connection,
             topics,
             run_id=run_id,
@@ -119,6 +130,40 @@ class MqttFleet(AnswerCollector):
             clock=clock,
             declared_samples=registry.declared_samples,
         )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> MqttFleet:
+        """Start taking the agents' answers (route and journal writer thread); returns self."""
+        self.answers.start()
+        return self
+
+    def close(self) -> None:
+        """Stop taking answers: the journal writer thread ends."""
+        self.answers.close()
+
+    def __enter__(self) -> MqttFleet:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def abort(self) -> None:
+        """Stop waiting: the round in progress (and any later one) raises RoundAbortedError."""
+        self.answers.abort()
+
+    def agent_offline(self, agent_id: str) -> None:
+        """Fail the open tasks of an agent that went offline, so the round need not wait."""
+        self.answers.agent_offline(agent_id)
+
+    def resend(self, agent_id: str) -> int:
+        """Publish again the unanswered tasks of an agent whose ``online`` status arrived
+        (:meth:`AnswerCollector.resend`); the number sent."""
+        return self.answers.resend(agent_id)
+
+    def waiting_for(self) -> list[str]:
+        """Agents with a task of the round in flight still unanswered; empty between rounds."""
+        return self.answers.waiting_for()
 
     # -- Fleet protocol ------------------------------------------------------------------
 
@@ -176,7 +221,7 @@ class MqttFleet(AnswerCollector):
         Updates the journal holds for this round are taken from there, not asked for again.
         """
         frames = self.frames.fit(server_round, tasks)
-        collection, bytes_down = self._dispatch(frames, replay=self.journal.accepted())
+        collection, bytes_down = self.answers.dispatch(frames, replay=self.journal.accepted())
         results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         bytes_up = sum(p.bytes_up for p in collection)
@@ -184,7 +229,7 @@ class MqttFleet(AnswerCollector):
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
-        collection, _ = self._dispatch(self.frames.evaluate(server_round, tasks), replay={})
+        collection, _ = self.answers.dispatch(self.frames.evaluate(server_round, tasks), replay={})
         results = tuple(p.result for p in collection if isinstance(p.result, EvaluateResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         return EvaluateOutcome(results, failures)
@@ -192,14 +237,14 @@ class MqttFleet(AnswerCollector):
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
         """Losses probes: one result or failure per task; the round's quorum applies."""
         frames = self.frames.losses(server_round, tasks)
-        outcome = losses_outcome(*self._dispatch(frames, replay={}))
+        outcome = losses_outcome(*self.answers.dispatch(frames, replay={}))
         self._check_quorum(server_round, "losses answers", tasks, outcome.results)
         return outcome
 
     def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
         """Gradient probes: one result or failure per task; the round's quorum applies."""
         frames = self.frames.gradients(server_round, tasks)
-        outcome = gradient_outcome(*self._dispatch(frames, replay={}))
+        outcome = gradient_outcome(*self.answers.dispatch(frames, replay={}))
         self._check_quorum(server_round, "gradient answers", tasks, outcome.results)
         return outcome
 

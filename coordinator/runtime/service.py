@@ -255,6 +255,8 @@ class CoordinatorService:
             self.connection.stop(
                 final=[(self.topics.coordinator_status(), self._status("offline"), True)]
             )
+            if self.fleet is not None:
+                self.fleet.close()
 
     def _setup(self, stop: threading.Event) -> bool:
         run = self.settings.run
@@ -283,7 +285,7 @@ class CoordinatorService:
             max_payload_bytes=self.settings.broker.max_payload_bytes,
             clock=self.clock,
             round_clock=self.round_clock,
-        )
+        ).start()
         strategy = make_strategy(run.strategy, fraction=run.fraction, options=run.strategy_options)
         # The noise of differential privacy comes from the OS's entropy, never from a seed.
         strategy.averaging = Averaging(self.settings.aggregation.policy())

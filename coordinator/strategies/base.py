@@ -9,11 +9,19 @@ A strategy is pure: no clock, no I/O, randomness only from the generator it is g
 whole state round-trips through :meth:`Strategy.state_dict` / :meth:`Strategy.load_state_dict`
 (arrays plus JSON-ready metadata), which is what makes a resumed run identical to an
 uninterrupted one.
+
+Hyper-parameters follow scikit-learn's contract: ``__init__(self, *, ...)`` stores each under
+its own name and does nothing else. Each class declares them once, in its
+:attr:`Strategy.parameters` table (:mod:`coordinator.strategies.parameters`), and
+:meth:`Strategy.check_parameters` checks the values against it: the registry calls it right
+after building a strategy, so a bad ``--option`` stops before anything runs, and
+:meth:`Strategy.initialize` and :meth:`Strategy.load_state_dict` call it again for values set
+later. Rules that tie two parameters together are a strategy's
+:meth:`Strategy._check_parameter_rules`.
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +31,8 @@ import numpy as np
 
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.evidence import Merge as Merge  # noqa: PLC0414 - re-exported
+from coordinator.strategies.parameters import FRACTION, Param, check_value, declared_in
 from coordinator.strategies.robust import Averaging, RoundTally
-from faultfleet.errors import UsageError
 from faultfleet.tasks import (
     EvaluateInstruction,
     EvaluateResult,
@@ -35,9 +43,6 @@ from faultfleet.tasks import (
     ProbeResults,
 )
 from faultfleet.types import FloatArray, ModelFactory
-
-"""``factory(i)`` gives the flat weights of the i-th independent initialisation of the model;
-the same ``i`` always gives the same weights."""
 
 JsonDict = dict[str, Any]
 
@@ -59,6 +64,11 @@ class Strategy(ABC):
         Client fraction c: each round ``max(1, round(c · m))`` of the m registered clients are
         sampled, among those available.
     """
+
+    parameters: ClassVar[tuple[Param, ...]] = (FRACTION,)
+    """The hyper-parameters this class adds or redeclares, each once: name, type, range,
+    default, meaning and paper (:class:`~coordinator.strategies.parameters.Param`). A
+    subclass lists its own; :meth:`parameter_table` merges them with its bases'."""
 
     name: ClassVar[str]
     """Registry name, as used on the command line."""
@@ -84,12 +94,29 @@ class Strategy(ABC):
     def __init__(self, *, fraction: float = 0.25) -> None:
         self.fraction = fraction
 
+    # -- hyper-parameters ------------------------------------------------------------------
+
+    @classmethod
+    def parameter_table(cls) -> dict[str, Param]:
+        """Every hyper-parameter of the class by name, in the order of ``__init__``
+        (:func:`~coordinator.strategies.parameters.declared_in`)."""
+        return declared_in(cls)
+
+    def check_parameters(self) -> None:
+        """Raise a :class:`~faultfleet.errors.UsageError` naming the first hyper-parameter
+        whose value is not what its table declares, or that breaks a rule between two."""
+        for param in self.parameter_table().values():
+            check_value(param, getattr(self, param.name), self.name)
+        self._check_parameter_rules()
+
+    def _check_parameter_rules(self) -> None:  # noqa: B027 - an optional hook
+        """Rules that involve two hyper-parameters; each value alone is already checked."""
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def initialize(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
         """Register the federation's clients and create the initial model(s)."""
-        if not 0.0 < self.fraction <= 1.0:
-            raise UsageError(f"fraction must be in (0, 1], got {self.fraction}")
+        self.check_parameters()
         if len(client_ids) == 0:
             raise ValueError("a strategy needs at least one client")
         if len(set(client_ids)) != len(client_ids):
@@ -347,6 +374,7 @@ class Strategy(ABC):
             raise ValueError(
                 f"state belongs to strategy {state.meta.get('strategy')!r}, not {self.name!r}"
             )
+        self.check_parameters()
         self._set_clients(state.meta["client_ids"])
         self.models_ = {
             k: np.asarray(state.arrays[f"model/{i}"], dtype=np.float32)
@@ -376,13 +404,4 @@ class Strategy(ABC):
         return int(first.shape[0])
 
 
-def check_positive_int(name: str, value: int, minimum: int = 1) -> None:
-    """Raise a UsageError naming ``name`` unless ``value`` is an int >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def check_finite(name: str, value: float) -> None:
-    """Raise a UsageError naming ``name`` unless ``value`` is a finite number."""
-    if not math.isfinite(value):
-        raise UsageError(f"{name} must be a finite number, got {value!r}")
+__all__ = ["FRACTION", "JsonDict", "Merge", "Strategy", "StrategyState"]

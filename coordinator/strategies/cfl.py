@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,9 +47,10 @@ from coordinator.strategies.aggregate import (
     update_norms,
     weighted_average,
 )
-from coordinator.strategies.base import JsonDict, Strategy, check_finite, check_positive_int
+from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
-from faultfleet.errors import UsageError
+from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.parameters import FRACTION, Param
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
 
@@ -111,25 +113,7 @@ def bipartition_share(similarity: Float64Array, halves: IntArray) -> float:
 class CFL(Strategy):
     """Recursive bipartitioning of the federation, one model per cluster.
 
-    Parameters
-    ----------
-    eps1 : float
-        ε₁: a cluster is stationary when the norm of its mean update is below this.
-    eps2 : float
-        ε₂: a cluster is split only if some member's update norm exceeds this.
-    min_rounds : int
-        No split before this server round (warm-up; Sattler et al. use 20).
-    min_cluster_size : int
-        A cluster is split only if it has at least ``2 * min_cluster_size`` answering
-        members. The bipartition itself is not constrained, as in Sattler et al.
-    criterion : {"norms", "similarity"}
-        When to split: Sattler et al.'s ε₁ / ε₂ on update norms, or the bipartition's
-        cross similarity against ``cross_share`` (module docstring).
-    cross_share : float
-        With ``criterion="similarity"``: split when the mean cosine across the bipartition
-        is below this share of the mean cosine inside its halves, in (0, 1).
-    fraction : float
-        Must be 1.0: CFL requires every client every round.
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options cfl``).
 
     Attributes
     ----------
@@ -159,6 +143,69 @@ class CFL(Strategy):
     name: ClassVar[str] = "cfl"
     full_participation: ClassVar[bool] = True
     """Every client trains every round: the registry does not pass a fraction to CFL."""
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "eps1",
+            "float",
+            0.4,
+            "ε₁: a cluster is stationary when the norm of its mean update is below this",
+            "Sattler et al., Algorithm 1; 0.4 in their experiments",
+            low=0.0,
+        ),
+        Param(
+            "eps2",
+            "float",
+            1.6,
+            "ε₂: a cluster splits only if some member's update norm exceeds this",
+            "Sattler et al., Algorithm 1; 1.6 in their experiments",
+            low=0.0,
+        ),
+        Param(
+            "min_rounds",
+            "int",
+            20,
+            "the server round before which nothing splits (warm-up)",
+            "Sattler et al. use 20",
+            low=0,
+        ),
+        Param(
+            "min_cluster_size",
+            "int",
+            2,
+            "half the answering members a cluster needs to be split (the bipartition "
+            "itself is not constrained)",
+            low=1,
+        ),
+        Param(
+            "criterion",
+            "str",
+            "norms",
+            "when to split: Sattler et al.'s update norms (eps1, eps2), or the "
+            "bipartition's similarity (cross_share)",
+            "Sattler et al.'s two criteria, or ours",
+            choices=CRITERIA,
+        ),
+        Param(
+            "cross_share",
+            "float",
+            0.5,
+            "with criterion 'similarity': split when the mean cosine across the "
+            "bipartition is below this share of the mean cosine inside its halves",
+            low=0.0,
+            low_open=True,
+            high=1.0,
+            high_open=True,
+        ),
+        replace(
+            FRACTION,
+            default=1.0,
+            low=1.0,
+            low_open=False,
+            description="the client fraction, 1 as CFL trains every client every round "
+            "(flacc and ifca take partial participation)",
+            reference="FLACC §II-C",
+        ),
+    )
 
     def __init__(
         self,
@@ -180,29 +227,7 @@ class CFL(Strategy):
         self.cross_share = cross_share
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        if self.fraction != 1.0:
-            raise UsageError(
-                f"CFL requires fraction = 1.0 (every client trains every round), got "
-                f"fraction={self.fraction}; use FLACC or IFCA for partial participation"
-            )
-        for name, value in (("eps1", self.eps1), ("eps2", self.eps2)):
-            check_finite(name, value)
-            if value < 0:
-                raise UsageError(f"{name} must be >= 0, got {value}")
-        check_positive_int("min_rounds", self.min_rounds, minimum=0)
-        check_positive_int("min_cluster_size", self.min_cluster_size)
-        if self.criterion not in CRITERIA:
-            raise UsageError(
-                f"criterion must be one of {', '.join(map(repr, CRITERIA))}, got "
-                f"{self.criterion!r}; 'norms' is Sattler et al.'s eps1/eps2, 'similarity' "
-                "needs no threshold in update-norm units"
-            )
-        check_finite("cross_share", self.cross_share)
-        if not 0.0 < self.cross_share < 1.0:
-            raise UsageError(
-                f"cross_share must be in (0, 1), got {self.cross_share}; the default is 0.5"
-            )
-        first = "cluster-0"
+        first = cluster_key(0)
         self.models_[first] = np.array(model_factory(0), dtype=np.float32)
         self.clusters_: dict[str, str] = dict.fromkeys(self.client_ids_, first)
         self.next_cluster_id_ = 1
@@ -326,7 +351,7 @@ class CFL(Strategy):
         The members' cosines that decided the split become their evidence of cluster quality.
         """
         record_pairs(self.similarity_, [self._index(r.client_id) for r in members], similarity)
-        new_keys = (f"cluster-{self.next_cluster_id_}", f"cluster-{self.next_cluster_id_ + 1}")
+        new_keys = (cluster_key(self.next_cluster_id_), cluster_key(self.next_cluster_id_ + 1))
         self.next_cluster_id_ += 2
         model = self.models_.pop(key)
         for new_key in new_keys:

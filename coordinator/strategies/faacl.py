@@ -71,69 +71,132 @@ Decisions on what the paper leaves open (``shared/papers/README.md`` settles ver
   or one its cluster supports, and only the devices asked may answer a probe.
 
 Where the pieces are: this module holds :class:`FAACL` itself (hyper-parameters, cluster
-training, the clustering's answers); its bases hold the probe rounds' support tests, merges
-and pairing (:mod:`.faacl_probing`) and the clusters, partitions, membership and saved state
-(:mod:`.faacl_clusters`); the pure tests and bounds are in :mod:`.faacl_support`.
+training, membership, the clustering's answers and saved state); it holds a
+:class:`~.faacl_clusters.FAACLClusters` (the clusters, partitions and keys) and a
+:class:`~.faacl_probing.FAACLProbing` (the probe rounds' support tests, merges and pairing);
+the pure tests and bounds are in :mod:`.faacl_support`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
+from coordinator.strategies.faacl_clusters import FAACLClusters
 from coordinator.strategies.faacl_probing import FAACLProbing
-from coordinator.strategies.faacl_support import check_real, is_int_at_least
-from faultfleet.errors import UsageError
-from faultfleet.tasks import Failure, FitInstruction, FitResult
+from coordinator.strategies.faacl_support import Cluster, Partition
+from coordinator.strategies.parameters import FRACTION, Param
+from faultfleet.tasks import (
+    Failure,
+    FitInstruction,
+    FitResult,
+    LossesInstruction,
+    ProbeResults,
+)
+from faultfleet.types import ModelFactory
 
 
-class FAACL(FAACLProbing):
+class FAACL(Strategy):
     """Asymmetric clustering with supportive clusters (FAACL, flat or hierarchical).
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c sampled for cluster training after the initial rounds.
-    version : {1, 2}
-        Support test: 1, Wilcoxon signed-rank per device (Algorithm 3); 2, pooled mean
-        difference against ε (§4.2, with Theorem 4.1's Hoeffding bound).
-    epsilon : float
-        Margin ε >= 0 in loss units (nats of cross-entropy): a candidate supports a
-        cluster when its model is at most ε worse on the cluster's devices. The default 1.0
-        suits symmetric vibration federations: after three local rounds of the quick
-        ``mixed-fault`` profile, models of another fault group were >= 8 nats worse on
-        average and those of the same group within ±0.5; asymmetric federations need less
-        (0.3 kept a low-data machine supported rather than merged in ``quantity-skew``).
-    alpha : float
-        Significance level α in (0, 1) of version 1.
-    hierarchical : bool
-        Hierarchical FAACL (Algorithm 1, the paper's experiments) or flat (Algorithm 7).
-    init_rounds : int
-        Rounds (>= 0) of local training by every available device before the first support
-        test (Algorithm 2); 3 gives models whose losses already separate the fault groups.
-    patience : int or None
-        Rounds (>= 1) a partition may keep changing supports without merging, or go without
-        an answer, before it is declared stable; None waits for a round without change, as
-        the paper.
-    loss_range : float
-        b − a > 0 of Theorem 4.1: width of the interval per-sample loss differences lie in,
-        loss units; used only for the Hoeffding bound reported with version 2. Same-group
-        differences spanned [−5.6, 4.8] nats in the probe quoted for ``epsilon``.
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options faacl``).
+    Why the defaults: after three local rounds of the quick ``mixed-fault`` profile, models
+    of another fault group were >= 8 nats worse on average and those of the same group within
+    ±0.5, so ε = 1 suits symmetric vibration federations; asymmetric ones need less (0.3 kept
+    a low-data machine supported rather than merged in ``quantity-skew``). Three initial
+    rounds give models whose losses already separate the fault groups. Same-group
+    differences spanned [−5.6, 4.8] nats in that probe, hence ``loss_range`` = 10.
 
     Attributes
     ----------
-    clusters_ : dict of str to Cluster
-        Clusters by model key.
-    partitions_ : dict of int to Partition
-        Partitions by id; every trained cluster is in one.
+    book_ : FAACLClusters
+        The clusters and partitions; ``clusters_``, ``partitions_`` and ``next_cluster_``
+        read its attributes of the same names.
+    probing_ : FAACLProbing
+        The support tests and merges of the probe rounds, on ``book_``.
+    same_model_ : SameModelSimilarity
+        Cosines of updates of the same model in the same round (cluster quality).
     """
 
     name: ClassVar[str] = "faacl"
     probes: ClassVar[bool] = True
     dynamic_membership: ClassVar[bool] = True
+    parameters: ClassVar[tuple[Param, ...]] = (
+        replace(
+            FRACTION,
+            description="the client fraction c sampled for cluster training "
+            "after the initial rounds",
+        ),
+        Param(
+            "version",
+            "int",
+            1,
+            "the support test: 1, a Wilcoxon signed-rank test per device; 2, the pooled "
+            "mean loss difference against ε",
+            "FAACL §4.2, Algorithms 3 and 4",
+            choices=(1, 2),
+        ),
+        Param(
+            "epsilon",
+            "float",
+            1.0,
+            "the margin ε in nats: a candidate supports a cluster when its model is at most "
+            "this much worse on the cluster's devices",
+            "FAACL §4.2; 1.0 measured on mixed-fault",
+            low=0.0,
+        ),
+        Param(
+            "alpha",
+            "float",
+            0.05,
+            "the significance level α of the version 1 test",
+            "FAACL Algorithm 3",
+            low=0.0,
+            low_open=True,
+            high=1.0,
+            high_open=True,
+        ),
+        Param(
+            "hierarchical",
+            "bool",
+            True,
+            "hierarchical FAACL (true, the paper's experiments) or flat (false)",
+            "FAACL Algorithms 1 and 7",
+        ),
+        Param(
+            "init_rounds",
+            "int",
+            3,
+            "the rounds of local training by every available device before the first support test",
+            "FAACL Algorithm 2",
+            low=0,
+        ),
+        Param(
+            "patience",
+            "int",
+            3,
+            "the undecided rounds in a row after which a partition counts as stable",
+            "a bound on FAACL Algorithm 7's loop",
+            low=1,
+            optional=True,
+            none="wait for a quiet round, as the paper",
+        ),
+        Param(
+            "loss_range",
+            "float",
+            10.0,
+            "b − a, the width in nats of the interval per-sample loss differences lie in "
+            "(only for the bound reported with version 2)",
+            "FAACL Theorem 4.1",
+            low=0.0,
+            low_open=True,
+        ),
+    )
 
     def __init__(
         self,
@@ -156,29 +219,72 @@ class FAACL(FAACLProbing):
         self.patience = patience
         self.loss_range = loss_range
 
-    # -- hyper-parameters ------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------
 
-    def _validate(self) -> None:
-        if isinstance(self.version, bool) or self.version not in (1, 2):
-            raise UsageError(
-                f"version must be 1 (Wilcoxon signed-rank test) or 2 (mean loss difference), "
-                f"got {self.version!r}"
-            )
-        check_real("epsilon", self.epsilon, low=0.0, closed=True, hint="a margin in nats")
-        check_real("alpha", self.alpha, low=0.0, high=1.0, closed=False, hint="e.g. 0.05")
-        check_real("loss_range", self.loss_range, low=0.0, closed=False, hint="b - a, in nats")
-        if not isinstance(self.hierarchical, bool):
-            raise UsageError(f"hierarchical must be True or False, got {self.hierarchical!r}")
-        if not is_int_at_least(self.init_rounds, 0):
-            raise UsageError(
-                f"init_rounds must be an integer >= 0 (rounds of local training before the "
-                f"first support test), got {self.init_rounds!r}"
-            )
-        if self.patience is not None and not is_int_at_least(self.patience, 1):
-            raise UsageError(
-                f"patience must be an integer >= 1 (rounds) or None to wait for a round "
-                f"without change, got {self.patience!r}"
-            )
+    def _initialize(self, model_factory: ModelFactory) -> None:
+        self._hold_clusters()
+        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        self.book_.new_singletons(self.client_ids_, np.array(model_factory(0), dtype=np.float32))
+
+    def _hold_clusters(self) -> None:
+        """A fresh bookkeeping on ``models_`` and the probing that acts on it."""
+        self.book_ = FAACLClusters(self.models_, self._index, hierarchical=self.hierarchical)
+        self.probing_ = FAACLProbing(
+            self.book_,
+            version=self.version,
+            epsilon=self.epsilon,
+            alpha=self.alpha,
+            init_rounds=self.init_rounds,
+            patience=self.patience,
+            loss_range=self.loss_range,
+        )
+
+    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
+        """Devices joining the federation: each starts a singleton cluster (§4.4).
+
+        The new cluster's model is ``model_factory(0)``, the initial θ of everyone; it is
+        trained by its device when the device is sampled, and then enters the clustering.
+        """
+        joining = self._register(client_ids)
+        self.book_.new_singletons(joining, np.array(model_factory(0), dtype=np.float32))
+        self.same_model_.resize(self.client_ids_)
+
+    def remove_clients(self, client_ids: Sequence[str]) -> None:
+        """Devices leaving: out of their cluster; an emptied cluster is deleted (§4.4)."""
+        leaving = self._check_leaving(client_ids)
+        self.book_.remove(leaving)
+        self._unregister(leaving)
+        self.same_model_.resize(self.client_ids_)
+        self.book_.reindex()
+
+    # -- the clusters, as they were named when they were attributes of the strategy --------
+
+    @property
+    def clusters_(self) -> dict[str, Cluster]:
+        return self.book_.clusters
+
+    @property
+    def partitions_(self) -> dict[int, Partition]:
+        return self.book_.partitions
+
+    @property
+    def next_cluster_(self) -> int:
+        return self.book_.next_cluster
+
+    # -- probes: support tests and merges (:mod:`.faacl_probing`) --------------------------
+
+    def configure_probe(
+        self, server_round: int, step: int, available: Sequence[str], rng: np.random.Generator
+    ) -> list[LossesInstruction] | None:
+        """Step 0 after the initial rounds: losses of the candidate models on every available
+        member of the clusters under test; pairs the partitions first when all are stable."""
+        return self.probing_.configure(server_round, step, available, rng)
+
+    def aggregate_probe(
+        self, server_round: int, step: int, results: ProbeResults, failures: Sequence[Failure]
+    ) -> None:
+        """Algorithms 3/4 (support) then 5 (merge) on the answers of probe step 0."""
+        self.probing_.aggregate(server_round, step, results, failures)
 
     # -- training rounds -------------------------------------------------------------------
 
@@ -201,7 +307,9 @@ class FAACL(FAACLProbing):
         """Models ``client_id`` trains when sampled (Algorithm 6): its cluster's, then those
         of the clusters its cluster supports, in cluster order."""
         own = self.model_key_for(client_id)
-        helped = [k for k in self._ordered(self.clusters_) if own in self.clusters_[k].supports]
+        helped = [
+            k for k in self.book_.ordered(self.clusters_) if own in self.clusters_[k].supports
+        ]
         return (own, *helped)
 
     def _aggregate(
@@ -219,16 +327,14 @@ class FAACL(FAACLProbing):
         for key, trained in by_key.items():
             self.models_[key] = self._average(trained)
         self.same_model_.record(server_round, results)
-        for key in self._ordered(by_key):
+        for key in self.book_.ordered(by_key):
             if self.clusters_[key].partition is None:
-                self._enter(key)
+                self.book_.enter(key)
 
     # -- clustering ------------------------------------------------------------------------
 
     def model_key_for(self, client_id: str) -> str:
-        if client_id not in self._owner:
-            raise KeyError(f"unknown client {client_id!r}")
-        return self._owner[client_id]
+        return self.book_.owner(client_id)
 
     def model_ready(self, client_id: str) -> bool:
         """False while ``client_id``'s cluster waits for its first update (a newcomer)."""
@@ -236,14 +342,14 @@ class FAACL(FAACLProbing):
 
     def cluster_labels(self) -> dict[str, int]:
         """Clusters numbered in order of their first member."""
-        position = {k: i for i, k in enumerate(self._ordered(self.clusters_))}
-        return {c: position[self._owner[c]] for c in self.client_ids_}
+        position = {k: i for i, k in enumerate(self.book_.ordered(self.clusters_))}
+        return {c: position[self.book_.owner(c)] for c in self.client_ids_}
 
     @property
     def frozen(self) -> bool:
         """Whether the clustering is final: one stable partition at most, nobody waiting."""
         waiting = any(c.partition is None for c in self.clusters_.values())
-        return not waiting and len(self.partitions_) <= 1 and self._all_stable()
+        return not waiting and len(self.partitions_) <= 1 and self.book_.all_stable()
 
     def cluster_evidence(self) -> ClusterEvidence:
         """Cosines of updates of the same model in one round: members of a cluster, and
@@ -257,7 +363,7 @@ class FAACL(FAACLProbing):
 
     def supporters(self, key: str) -> list[str]:
         """Keys of the clusters that support cluster ``key`` (C.sup), in cluster order."""
-        return self._ordered(self.clusters_[key].supports)
+        return self.book_.ordered(self.clusters_[key].supports)
 
     def round_metrics(self) -> dict[str, float]:
         """Clusters, support edges, partitions and whether the clustering is frozen; in rounds
@@ -267,9 +373,23 @@ class FAACL(FAACLProbing):
         distribution, for the smallest pooled sample count n tested."""
         metrics = {
             "clusters": float(len(self.clusters_)),
-            "support_edges": float(self._support_edges()),
+            "support_edges": float(self.book_.support_edges()),
             "partitions": float(len(self.partitions_)),
             "frozen": float(self.frozen),
         }
-        metrics.update(self._metrics)
+        metrics.update(self.probing_.metrics)
         return metrics
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
+        meta = self.book_.state()
+        meta["metrics"] = dict(self.probing_.metrics)
+        return meta, self.same_model_.arrays("same_model_")
+
+    def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self._hold_clusters()
+        self.book_.load(meta, self.client_ids_)
+        self.probing_.metrics = {str(k): float(v) for k, v in meta["metrics"].items()}
+        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        self.same_model_.load(self.client_ids_, arrays, "same_model_")

@@ -1,6 +1,6 @@
 """FAACL's probe rounds: support tests, merges, partition stability and hierarchical pairing.
 
-:class:`FAACLProbing` is the base of :class:`coordinator.strategies.faacl.FAACL` that runs
+:class:`FAACLProbing` is what :class:`coordinator.strategies.faacl.FAACL` holds to run
 probe step 0 of every round after the initial ones ("FAACL: federated adaptive asymmetric
 clustered learning", anonymous ICLR submission; ``shared/papers/faacl.txt``; the decisions
 it follows are in the notes of :mod:`coordinator.strategies.faacl`):
@@ -14,7 +14,8 @@ it follows are in the notes of :mod:`coordinator.strategies.faacl`):
   and the round's test metrics.
 
 The pure tests and bounds are in :mod:`coordinator.strategies.faacl_support`; the clusters
-and partitions they act on are kept by :class:`.faacl_clusters.FAACLClusters`.
+and partitions they act on are kept by the strategy's :class:`.faacl_clusters.FAACLClusters`,
+which the probing is handed.
 """
 
 from __future__ import annotations
@@ -42,52 +43,77 @@ from faultfleet.types import Float64Array
 logger = logging.getLogger(__name__)
 
 
-class FAACLProbing(FAACLClusters):
+class FAACLProbing:
     """FAACL's support and merge steps (see the module docstring).
 
-    The hyper-parameters below are set by the subclass's ``__init__``; their meaning is
-    documented on :class:`coordinator.strategies.faacl.FAACL`.
+    Parameters
+    ----------
+    book : FAACLClusters
+        The strategy's clusters and partitions, which the steps change.
+    version, epsilon, alpha, init_rounds, patience, loss_range
+        :class:`~coordinator.strategies.faacl.FAACL`'s hyper-parameters of the same names.
+
+    Attributes
+    ----------
+    metrics : dict of str to float
+        The last support test's numbers (probed devices and models, merges, probe
+        failures, loss-difference range, Hoeffding bound); empty in rounds without one.
     """
 
-    version: int
-    epsilon: float
-    alpha: float
-    init_rounds: int
-    patience: int | None
-    loss_range: float
+    def __init__(
+        self,
+        book: FAACLClusters,
+        *,
+        version: int,
+        epsilon: float,
+        alpha: float,
+        init_rounds: int,
+        patience: int | None,
+        loss_range: float,
+    ) -> None:
+        self.book = book
+        self.version = version
+        self.epsilon = epsilon
+        self.alpha = alpha
+        self.init_rounds = init_rounds
+        self.patience = patience
+        self.loss_range = loss_range
+        self.metrics: dict[str, float] = {}
+        self._plan: dict[str, tuple[str, ...]] | None = None
+        self._under_test: list[int] = []
 
-    def configure_probe(
+    def configure(
         self, server_round: int, step: int, available: Sequence[str], rng: np.random.Generator
     ) -> list[LossesInstruction] | None:
         """Step 0 after the initial rounds: losses of the candidate models on every available
         member of the clusters under test; pairs the partitions first when all are stable."""
         if step == 0:
-            self._metrics = {}
+            self.metrics = {}
             self._plan = None
         if step > 0 or server_round <= self.init_rounds:
             return None
-        if self.hierarchical and len(self.partitions_) > 1 and self._all_stable():
+        if self.book.hierarchical and len(self.book.partitions) > 1 and self.book.all_stable():
             self._pair_partitions(rng)
         online = set(available)
         plan: dict[str, tuple[str, ...]] = {}
-        under_test = [p for p, s in self.partitions_.items() if not s.stable]
+        under_test = [p for p, s in self.book.partitions.items() if not s.stable]
         for p in under_test:
-            keys = self._keys_in(p)
+            keys = self.book.keys_in(p)
             for key in keys:
                 candidates = tuple(k for k in keys if k != key)
-                for device in self.clusters_[key].members:
+                for device in self.book.clusters[key].members:
                     if device in online:
                         plan[device] = (key, *candidates)
         if not plan:
             self._settle(under_test, answered=set(), changed=set(), merged=set())
             return None
         self._plan, self._under_test = plan, under_test
-        devices = sorted(plan, key=self._index)
-        self._metrics["probed_devices"] = float(len(devices))
-        self._metrics["probed_models"] = float(sum(len(plan[d]) for d in devices))
+        devices = sorted(plan, key=self.book.rank)
+        self.metrics["probed_devices"] = float(len(devices))
+        self.metrics["probed_models"] = float(sum(len(plan[d]) for d in devices))
         return [LossesInstruction(d, plan[d]) for d in devices]
 
-    def aggregate_probe(
+    def aggregate(
         self, server_round: int, step: int, results: ProbeResults, failures: Sequence[Failure]
     ) -> None:
         """Algorithms 3/4 (support) then 5 (merge) on the answers of probe step 0."""
@@ -101,8 +127,8 @@ class FAACLProbing(FAACLClusters):
         differences: list[Float64Array] = []
         smallest_pool: int | None = None
         for p in tested:
-            for key in self._keys_in(p):
-                members = [d for d in self.clusters_[key].members if d in losses]
+            for key in self.book.keys_in(p):
+                members = [d for d in self.book.clusters[key].members if d in losses]
                 if not members:
                     continue
                 answered.add(p)
@@ -114,14 +140,14 @@ class FAACLProbing(FAACLClusters):
                     smallest_pool = pooled if smallest_pool is None else min(smallest_pool, pooled)
                     if self._supports(per_device):
                         passing.add(other)
-                if passing != self.clusters_[key].supports:
+                if passing != self.book.clusters[key].supports:
                     changed.add(p)
-                    self.clusters_[key].supports = passing
+                    self.book.clusters[key].supports = passing
         merged: set[int] = set()
         merges = 0
         for p in tested:
-            keys = self._keys_in(p)
-            pairs = mutual_pairs(keys, {k: self.clusters_[k].supports for k in keys})
+            keys = self.book.keys_in(p)
+            pairs = mutual_pairs(keys, {k: self.book.clusters[k].supports for k in keys})
             for first, second in pairs:
                 self._merge(first, second, losses)
             merges += len(pairs)
@@ -132,9 +158,9 @@ class FAACLProbing(FAACLClusters):
         logger.debug(
             "round %d: %d clusters, %d merges, %d support edges",
             server_round,
-            len(self.clusters_),
+            len(self.book.clusters),
             merges,
-            self._support_edges(),
+            self.book.support_edges(),
         )
 
     def _supports(self, per_device: Sequence[Float64Array]) -> bool:
@@ -148,24 +174,24 @@ class FAACLProbing(FAACLClusters):
         """Algorithm 5 for one pair; the model with the lower validation loss on the union's
         answering members is kept (notes of :mod:`.faacl`)."""
         totals = {first: 0.0, second: 0.0}
-        for device in (*self.clusters_[first].members, *self.clusters_[second].members):
+        for device in (*self.book.clusters[first].members, *self.book.clusters[second].members):
             if device in losses:
                 for k in totals:
                     totals[k] += float(losses[device][k].sum())
         kept = first if totals[first] <= totals[second] else second
-        key = self._new_key()
-        merge_clusters(self.clusters_, first, second, key, self._index)
-        self.models_[key] = self.models_.pop(kept)
-        del self.models_[second if kept == first else first]
-        self._reindex()
+        key = self.book.new_key()
+        merge_clusters(self.book.clusters, first, second, key, self.book.rank)
+        self.book.models[key] = self.book.models.pop(kept)
+        del self.book.models[second if kept == first else first]
+        self.book.reindex()
 
     def _settle(
         self, partitions: Sequence[int], *, answered: set[int], changed: set[int], merged: set[int]
     ) -> None:
         for p in partitions:
             settle(
-                self.partitions_[p],
-                clusters=len(self._keys_in(p)),
+                self.book.partitions[p],
+                clusters=len(self.book.keys_in(p)),
                 merged=p in merged,
                 answered=p in answered,
                 changed=p in changed,
@@ -174,17 +200,17 @@ class FAACLProbing(FAACLClusters):
 
     def _pair_partitions(self, rng: np.random.Generator) -> None:
         """Algorithm 1: merge the partitions two by two, drawn at random."""
-        for group in pair_partitions(list(self.partitions_), rng):
+        for group in pair_partitions(list(self.book.partitions), rng):
             if len(group) < 2:
                 continue
-            p = self.next_partition_
-            self.next_partition_ += 1
+            p = self.book.next_partition
+            self.book.next_partition += 1
             for old in group:
-                del self.partitions_[old]
-            for cluster in self.clusters_.values():
+                del self.book.partitions[old]
+            for cluster in self.book.clusters.values():
                 if cluster.partition in group:
                     cluster.partition = p
-            self.partitions_[p] = Partition(stable=False)
+            self.book.partitions[p] = Partition(stable=False)
 
     def _report_tests(
         self,
@@ -193,11 +219,11 @@ class FAACLProbing(FAACLClusters):
         smallest_pool: int | None,
         failures: Sequence[Failure],
     ) -> None:
-        self._metrics["merges"] = float(merges)
-        self._metrics["probe_failures"] = float(len(failures))
+        self.metrics["merges"] = float(merges)
+        self.metrics["probe_failures"] = float(len(failures))
         if differences:
             pooled = np.concatenate(differences)
-            self._metrics["loss_difference_range"] = float(pooled.max() - pooled.min())
+            self.metrics["loss_difference_range"] = float(pooled.max() - pooled.min())
         if self.version == 2 and smallest_pool is not None:
             bound = 2.0 * hoeffding_tail(smallest_pool, float(self.epsilon), float(self.loss_range))
-            self._metrics["hoeffding_split_bound"] = min(1.0, bound)
+            self.metrics["hoeffding_split_bound"] = min(1.0, bound)

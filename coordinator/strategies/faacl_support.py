@@ -22,7 +22,6 @@ C1: positive where the candidate supporter C2 is worse than C1's own model.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +29,6 @@ from typing import Any
 import numpy as np
 from scipy.stats import wilcoxon
 
-from faultfleet.errors import UsageError
 from faultfleet.tasks import LossesResult, ProbeResults
 from faultfleet.types import Float64Array
 
@@ -361,34 +359,3 @@ def settle(
         partition.changing_rounds += 1
         if patience is not None and partition.changing_rounds >= patience:
             partition.stable, partition.changing_rounds = True, 0
-
-
-# -- option checks -------------------------------------------------------------------------------
-
-
-def check_real(
-    name: str, value: object, *, low: float, high: float | None = None, closed: bool, hint: str
-) -> None:
-    """Raise a UsageError naming ``name`` unless ``value`` is a finite real in the range.
-
-    The range is (low, high), or [low, high) when ``closed``; ``high=None`` is ∞.
-    """
-    number = (
-        float(value)
-        if isinstance(value, numbers.Real) and not isinstance(value, bool)
-        else math.nan
-    )
-    above = number >= low if closed else number > low
-    if not (math.isfinite(number) and above and (high is None or number < high)):
-        upper = "∞" if high is None else f"{high:g}"
-        raise UsageError(
-            f"{name} must be a finite number in {'[' if closed else '('}{low:g}, {upper}), "
-            f"got {value!r} ({hint})"
-        )
-
-
-def is_int_at_least(value: object, minimum: int) -> bool:
-    """Whether ``value`` is an integer (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        return False
-    return int(value) >= minimum

@@ -5,8 +5,8 @@ for heterogeneous data" (2024), eq. 3 and Algorithms 1–3. The server holds
 
 * one personalised model ω_i per client (``"client/<id>"``), which the client trains and
   predicts with;
-* K cluster centres Ω_k (``"cluster/<n>"``; the K placeholders of the warm-up are
-  replaced by the seeded centres under the same keys ``cluster/0`` … ``cluster/<K−1>``,
+* K cluster centres Ω_k (``"cluster-<n>"``; the K placeholders of the warm-up are
+  replaced by the seeded centres under the same keys ``cluster-0`` … ``cluster-<K−1>``,
   and from then on a key is never used twice, so a centre made by a merge or split never
   takes the name of an older one);
 * the global embedding Φ (``"embedding"``, a full-length vector of which only the
@@ -19,8 +19,8 @@ LocalUpdate line 4 — μ·(ω − Ω_k*) over the whole model and λ·(φ − �
 (Algorithm 2, :mod:`.fedac_clustering`), assigns every client to its most similar centre
 (E-step, eq. 4), recomputes the centres as their members' means (M-step, eq. 5) and, every
 ``tune_every`` rounds, merges or splits one cluster by its granularity G_c (Algorithm 3).
-The map, the centres and their tuning are kept by the base class
-:class:`~.fedac_centres.FedACCentres`.
+The map, the centres and their tuning are kept by the
+:class:`~.fedac_centres.FedACCentres` the strategy holds (:attr:`FedAC.centres_`).
 
 Decisions on what the paper leaves open (``docs/federated.md`` gives the measurements):
 
@@ -61,68 +61,125 @@ Decisions on what the paper leaves open (``docs/federated.md`` gives the measure
   re-clustering (M-, E- and M-step over every client) follows, the paper's "initialising
   two new centres and conducting one re-clustering iteration".
 - A round in which no client answered changes nothing.
+- Checkpoints written when centres were keyed ``cluster/<n>`` load with their keys read as
+  ``cluster-<n>``, the one spelling of cluster keys (:mod:`.keys`).
 """
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.base import JsonDict, check_positive_int
+from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence
-from coordinator.strategies.fedac_centres import FedACCentres, client_key, cluster_key
-from coordinator.strategies.fedac_clustering import granularity
+from coordinator.strategies.fedac_centres import FedACCentres, client_key, renamed_centre
+from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.parameters import FRACTION, Param
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult, ProximalTerm
-from faultfleet.types import ModelFactory
+from faultfleet.types import FloatArray, ModelFactory
 
 EMBEDDING = "embedding"
 """Key of the global embedding Φ."""
 
 
-class FedAC(FedACCentres):
+class FedAC(Strategy):
     """Personalised models regularised towards adaptive cluster centres and a global embedding.
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c sampled each round (FedAC §5.1: 25 of 100).
-    n_clusters : int
-        Initial number of clusters K; cluster-number tuning changes it.
-    mu : float
-        μ of eq. 3, strength of the pull towards the client's cluster centre (whole model).
-    lam : float
-        λ of eq. 3, strength of the pull of the embedding part towards Φ.
-    components : int
-        D, dimension of the low-rank space of Algorithm 2 (50 in §4.3).
-    map_every : int
-        Rounds between refits of the PCA map once it has D directions.
-    buffer_size : int
-        Client-model deviations kept for fitting the map; must exceed ``components``.
-    gc_low, gc_high : float
-        Bounds a and b on G_c (Algorithm 3; (0.2, 0.8) in §5.5): below a a cluster merges
-        into the one with the most similar centre, above b it splits in two.
-    tune_every : int
-        Rounds between cluster-number tuning steps.
-    warmup : int
-        Rounds of training before the centres are seeded (0: seed after round 1).
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options fedac``).
 
     Attributes
     ----------
-    labels_ : dict of str to str
-        The assignment R: every client's cluster key.
-    trained_ : set of str
-        Clients that have answered at least once.
-    buffer_ : array of shape (n, n_params), float32
-        Per-round deviations of client models that the PCA map is fitted on.
-    directions_ : array of shape (D', n_params), float32
-        The PCA map M, D' <= ``components`` orthonormal rows.
+    centres_ : FedACCentres
+        The centres, the assignment R and the PCA map; ``labels_``, ``trained_``,
+        ``next_cluster_``, ``seeded_round_``, ``tuned_round_``, ``buffer_``, ``directions_``
+        and ``map_round_`` read its attributes of the same names.
     """
 
     name: ClassVar[str] = "fedac"
+    parameters: ClassVar[tuple[Param, ...]] = (
+        replace(FRACTION, reference="FedAC §5.1: 25 of 100 clients"),
+        Param(
+            "n_clusters",
+            "int",
+            2,
+            "the initial number of clusters K (tuning changes it)",
+            "FedAC Algorithm 1",
+            low=1,
+        ),
+        Param(
+            "mu",
+            "float",
+            0.03,
+            "μ, the pull of the whole model towards the client's cluster centre",
+            "FedAC eq. 3",
+            low=0.0,
+        ),
+        Param(
+            "lam",
+            "float",
+            0.01,
+            "λ, the pull of the embedding part towards the global embedding Φ",
+            "FedAC eq. 3",
+            low=0.0,
+        ),
+        Param(
+            "components",
+            "int",
+            50,
+            "D, the dimension of the low-rank space",
+            "FedAC Algorithm 2; 50 in §4.3",
+            low=1,
+        ),
+        Param(
+            "map_every",
+            "int",
+            10,
+            "the rounds between refits of the PCA map once it has D directions",
+            low=1,
+        ),
+        Param(
+            "buffer_size",
+            "int",
+            100,
+            "the client-model deviations kept to fit the PCA map (more than components)",
+            low=2,
+        ),
+        Param(
+            "gc_low",
+            "float",
+            0.2,
+            "the bound a on G_c below which a cluster merges into its most similar one",
+            "FedAC Algorithm 3; 0.2 in §5.5",
+            low=0.0,
+        ),
+        Param(
+            "gc_high",
+            "float",
+            0.8,
+            "the bound b on G_c above which a cluster splits in two",
+            "FedAC Algorithm 3; 0.8 in §5.5",
+            low=0.0,
+        ),
+        Param(
+            "tune_every",
+            "int",
+            3,
+            "the rounds between cluster-number tuning steps",
+            "FedAC Algorithm 1, line 13",
+            low=1,
+        ),
+        Param(
+            "warmup",
+            "int",
+            3,
+            "the rounds of training before the centres are seeded (0: after round 1)",
+            low=0,
+        ),
+    )
 
     def __init__(
         self,
@@ -153,47 +210,78 @@ class FedAC(FedACCentres):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _validate(self) -> None:
-        check_positive_int("n_clusters", self.n_clusters)
-        for name, value in (("mu", self.mu), ("lam", self.lam)):
-            if not _is_real(value) or not 0.0 <= float(value) < np.inf:
-                raise UsageError(f"{name} must be a finite number >= 0, got {value!r}")
-        check_positive_int("components", self.components)
-        check_positive_int("map_every", self.map_every)
-        check_positive_int("buffer_size", self.buffer_size, minimum=2)
+    def _check_parameter_rules(self) -> None:
         if self.buffer_size <= self.components:
             raise UsageError(
-                f"buffer_size must be > components to fit {self.components} directions, got "
-                f"{self.buffer_size}; use at least {2 * self.components}"
+                f"fedac: buffer_size must be > components to fit {self.components} directions, "
+                f"got {self.buffer_size}; use at least {2 * self.components}"
             )
-        for name, value in (("gc_low", self.gc_low), ("gc_high", self.gc_high)):
-            if not _is_real(value) or not 0.0 <= float(value) < np.inf:
-                raise UsageError(f"{name} must be a finite number >= 0, got {value!r}")
         if not self.gc_low < self.gc_high:
             raise UsageError(
-                f"gc_low must be < gc_high, got gc_low={self.gc_low!r}, gc_high={self.gc_high!r}"
-                "; the paper uses 0.2 and 0.8"
+                f"fedac: gc_low must be < gc_high, got gc_low={self.gc_low!r}, "
+                f"gc_high={self.gc_high!r}; the paper uses 0.2 and 0.8"
             )
-        check_positive_int("tune_every", self.tune_every)
-        check_positive_int("warmup", self.warmup, minimum=0)
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        self._validate()
         initial = np.array(model_factory(0), dtype=np.float32)
         for c in self.client_ids_:
             self.models_[client_key(c)] = initial.copy()
         for n in range(self.n_clusters):
             self.models_[cluster_key(n)] = initial.copy()
         self.models_[EMBEDDING] = initial.copy()
-        self.labels_ = {c: cluster_key(i % self.n_clusters) for i, c in enumerate(self.client_ids_)}
-        self.trained_ = set()
-        self.next_cluster_ = self.n_clusters
-        self.seeded_round_ = None
-        self.tuned_round_ = 0
-        self.buffer_ = np.zeros((0, initial.shape[0]), dtype=np.float32)
-        self.directions_ = np.zeros((0, initial.shape[0]), dtype=np.float32)
-        self.map_round_ = 0
+        self.centres_ = self._new_centres()
         self.metrics_: dict[str, float] = {}
+
+    def _new_centres(self) -> FedACCentres:
+        """The centres' keeper, sharing ``models_`` and holding this strategy's settings."""
+        return FedACCentres(
+            self.models_,
+            self.client_ids_,
+            n_clusters=self.n_clusters,
+            components=self.components,
+            map_every=self.map_every,
+            buffer_size=self.buffer_size,
+            gc_low=self.gc_low,
+            gc_high=self.gc_high,
+            n_params=self._model_size(),
+        )
+
+    # the centres' state, under the names it had on the strategy
+    @property
+    def labels_(self) -> dict[str, str]:
+        return self.centres_.labels
+
+    @property
+    def trained_(self) -> set[str]:
+        return self.centres_.trained
+
+    @property
+    def next_cluster_(self) -> int:
+        return self.centres_.next_cluster
+
+    @property
+    def seeded_round_(self) -> int | None:
+        return self.centres_.seeded_round
+
+    @property
+    def tuned_round_(self) -> int:
+        return self.centres_.tuned_round
+
+    @property
+    def buffer_(self) -> FloatArray:
+        return self.centres_.buffer
+
+    @property
+    def directions_(self) -> FloatArray:
+        return self.centres_.directions
+
+    @property
+    def map_round_(self) -> int:
+        return self.centres_.map_round
+
+    def cluster_keys(self) -> list[str]:
+        """Keys of the current cluster centres, in order of creation."""
+        return self.centres_.cluster_keys()
 
     # -- training rounds -------------------------------------------------------------------
 
@@ -212,7 +300,7 @@ class FedAC(FedACCentres):
     def proximal_terms(self, client_id: str) -> tuple[ProximalTerm, ...]:
         """LocalUpdate line 4: μ towards the client's centre (once seeded), λ towards Φ."""
         terms = []
-        if self.seeded_round_ is not None and self.mu > 0:
+        if self.centres_.seeded_round is not None and self.mu > 0:
             terms.append(ProximalTerm(self.labels_[client_id], float(self.mu), "all"))
         if self.lam > 0:
             terms.append(ProximalTerm(EMBEDDING, float(self.lam), "embedding"))
@@ -230,22 +318,23 @@ class FedAC(FedACCentres):
         self.metrics_ = {}
         if not results:
             return
+        centres = self.centres_
         for r in results:
             self.models_[client_key(r.client_id)] = np.array(r.weights, dtype=np.float32)
-            self.trained_.add(r.client_id)
+            centres.trained.add(r.client_id)
         stacked = np.stack([np.asarray(r.weights, dtype=np.float64) for r in results])
         self.models_[EMBEDDING] = stacked.mean(axis=0).astype(np.float32)  # line 9
-        self._accumulate(stacked)
-        self._refresh_map(server_round)
+        centres.accumulate(stacked)
+        centres.refresh_map(server_round)
         merges = splits = 0
-        if self.seeded_round_ is None:
+        if centres.seeded_round is None:
             if server_round >= self.warmup:
-                self._seed(server_round)
+                centres.seed(server_round)
         else:
-            self._recluster()  # lines 10-12
-            if server_round - self.tuned_round_ >= self.tune_every:
-                merges, splits = self._tune(server_round)  # line 13
-        self._record(merges, splits)
+            centres.recluster()  # lines 10-12
+            if server_round - centres.tuned_round >= self.tune_every:
+                merges, splits = centres.tune(server_round)  # line 13
+        self.metrics_ = centres.round_metrics(merges, splits)
 
     # -- evaluation and clustering -----------------------------------------------------------
 
@@ -265,18 +354,10 @@ class FedAC(FedACCentres):
         """LrCos (Algorithm 2) between the personalised models of the clients that have
         trained; NaN for the others and before the map has a direction."""
         labels = self.cluster_labels()
-        m = len(self.client_ids_)
-        similarity = np.full((m, m), np.nan)
-        trained = self._trained_clients()
-        if len(trained) >= 2 and self.directions_.shape[0] > 0:
-            models = self._client_models(trained)
-            rows = np.array([self._index(c) for c in trained], dtype=np.intp)
-            similarity[np.ix_(rows, rows)] = self.similarity(models, models)
-            np.fill_diagonal(similarity, np.nan)
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(labels[c] for c in self.client_ids_),
-            similarity=similarity,
+            similarity=self.centres_.client_similarity(),
             measure="low-rank cosine similarity of the personalised models (FedAC "
             "Algorithm 2, LrCos)",
             settled=self.seeded_round_ is not None,
@@ -288,63 +369,16 @@ class FedAC(FedACCentres):
         """K, G_c statistics, merges and splits of the last round, PCA map size."""
         return dict(self.metrics_)
 
-    def _record(self, merges: int, splits: int) -> None:
-        metrics = {
-            "clusters": float(len(self.cluster_keys())),
-            "merges": float(merges),
-            "splits": float(splits),
-            "map_components": float(self.directions_.shape[0]),
-        }
-        if self.seeded_round_ is not None:
-            _, models, centres, labels = self._granularity_inputs()
-            ratio = granularity(models, labels, centres).ratio
-            finite = ratio[np.isfinite(ratio)]
-            if finite.size:
-                metrics["gc_mean"] = float(finite.mean())
-                metrics["gc_min"] = float(finite.min())
-                metrics["gc_max"] = float(finite.max())
-        self.metrics_ = metrics
-
     # -- state -----------------------------------------------------------------------------
 
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
-        meta: JsonDict = {
-            "labels": [self.labels_[c] for c in self.client_ids_],
-            "trained": [c in self.trained_ for c in self.client_ids_],
-            "next_cluster": self.next_cluster_,
-            "seeded_round": self.seeded_round_,
-            "tuned_round": self.tuned_round_,
-            "map_round": self.map_round_,
-            "metrics": self.metrics_,
-        }
-        arrays: dict[str, np.ndarray[Any, Any]] = {
-            "buffer": self.buffer_.copy(),
-            "directions": self.directions_.copy(),
-        }
+        meta, arrays = self.centres_.state()
+        meta["metrics"] = self.metrics_
         return meta, arrays
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
-        self._validate()
-        labels, trained = meta["labels"], meta["trained"]
-        if len(labels) != len(self.client_ids_) or len(trained) != len(self.client_ids_):
-            raise ValueError(
-                f"state lists {len(labels)} cluster labels for {len(self.client_ids_)} clients"
-            )
-        keys = set(self.cluster_keys())
-        unknown = sorted(set(labels) - keys)
-        if unknown:
-            raise ValueError(f"state assigns clients to missing cluster centres {unknown}")
-        self.labels_ = dict(zip(self.client_ids_, labels, strict=True))
-        self.trained_ = {c for c, t in zip(self.client_ids_, trained, strict=True) if t}
-        self.next_cluster_ = int(meta["next_cluster"])
-        seeded = meta["seeded_round"]
-        self.seeded_round_ = None if seeded is None else int(seeded)
-        self.tuned_round_ = int(meta["tuned_round"])
-        self.map_round_ = int(meta["map_round"])
+        # a checkpoint of the time centres were keyed cluster/<n>: the same models, renamed
+        self.models_ = {renamed_centre(k): v for k, v in self.models_.items()}
+        self.centres_ = self._new_centres()
+        self.centres_.load(meta, arrays)
         self.metrics_ = {str(k): float(v) for k, v in meta["metrics"].items()}
-        self.buffer_ = np.array(arrays["buffer"], dtype=np.float32)
-        self.directions_ = np.array(arrays["directions"], dtype=np.float32)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from coordinator.strategies.base import Strategy
+from coordinator.strategies.keys import GLOBAL
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import ModelFactory
-
-GLOBAL = "global"
 
 
 class FedAvg(Strategy):

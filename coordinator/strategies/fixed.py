@@ -19,27 +19,19 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.parameters import Param
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import ModelFactory
 
 
-def cluster_key(label: int | str) -> str:
-    """Model key of the given cluster ``label``: ``"cluster-<label>"``."""
-    return f"cluster-{label}"
-
-
 class FixedClusters(Strategy):
     """One FedAvg model per cluster of a fixed, known assignment.
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c sampled each round (see :class:`Strategy`).
-    assignment : mapping of str to int or str, optional
-        The cluster of every client, by client id. ``None`` puts every client in one
-        cluster (plain FedAvg). Every client of the federation must be listed; clients
-        listed but absent from the federation are ignored.
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options fixed``).
+    ``assignment`` must list every client of the federation; clients it lists that are not in
+    the federation are ignored.
 
     Attributes
     ----------
@@ -49,6 +41,17 @@ class FixedClusters(Strategy):
 
     name: ClassVar[str] = "fixed"
     clusters_learned: ClassVar[bool] = False
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "assignment",
+            "mapping",
+            None,
+            "the cluster (a name or number) of every client, by client id",
+            "FAACL §5.4's FedAvg (optimal)",
+            optional=True,
+            none="one cluster: plain FedAvg",
+        ),
+    )
 
     def __init__(
         self, *, fraction: float = 0.25, assignment: Mapping[str, int | str] | None = None

@@ -32,7 +32,6 @@ Decisions on points the paper leaves open (papers/README.md settles the first):
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, ClassVar
@@ -49,39 +48,65 @@ from coordinator.strategies.agglomeration import (
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Merge, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
-from faultfleet.errors import UsageError
+from coordinator.strategies.keys import GLOBAL, cluster_key
+from coordinator.strategies.parameters import Param
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
-
-GLOBAL = "global"
-
-
-def cluster_key(position: int) -> str:
-    """Model key of the entity at ``position`` after separation."""
-    return f"cluster-{position}"
 
 
 class FLACC(Strategy):
     """Greedy agglomerative client clustering, then one federation per entity.
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c (FLACC §VI: 0.25).
-    alpha0 : float
-        Minimum cross-entity cosine similarity α0 ∈ (−1, 1] for a merge (eq. 16; 0 in §VI).
-    memory : int or None
-        System memory T in rounds (eq. 18; 10 in §VI); None for T = ∞.
-    n_merge : int
-        Entity pairs merged at most per round (1 in §VI).
-    n_sep : int
-        Consecutive rounds without a merge before separation, N_sep (10 in §VI).
-    next_pair : bool
-        When eq. 9's pair of two sub-servers fails eq. 14, try the next pairs in eq. 9's
-        order instead of merging nothing (off: Algorithm 1 as written).
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options flacc``).
+
     """
 
     name: ClassVar[str] = "flacc"
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "alpha0",
+            "float",
+            0.0,
+            "the least cross-entity cosine similarity α0 that allows a merge",
+            "FLACC eq. 16; 0 in §VI",
+            low=-1.0,
+            low_open=True,
+            high=1.0,
+        ),
+        Param(
+            "memory",
+            "int",
+            10,
+            "the system memory T, rounds a pair's similarity is remembered",
+            "FLACC eq. 18; 10 in §VI",
+            low=0,
+            optional=True,
+            none="T = ∞, never forget",
+        ),
+        Param(
+            "n_merge",
+            "int",
+            1,
+            "the most entity pairs merged per round",
+            "FLACC Algorithm 1, lines 13–18; 1 in §VI",
+            low=1,
+        ),
+        Param(
+            "n_sep",
+            "int",
+            10,
+            "N_sep, the rounds in a row without a merge before separation",
+            "FLACC Algorithm 1, line 5; 10 in §VI",
+            low=1,
+        ),
+        Param(
+            "next_pair",
+            "bool",
+            False,
+            "whether a later pair may merge when eq. 9's pair fails only eq. 14",
+            "FLACC eqs. 9 and 14; false is Algorithm 1 as written",
+        ),
+    )
 
     def __init__(
         self,
@@ -103,7 +128,6 @@ class FLACC(Strategy):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        self._validate()
         m = len(self.client_ids_)
         self.models_[GLOBAL] = model_factory(0)
         self.alpha_ = np.full((m, m), UNKNOWN)  # Algorithm 1, line 2
@@ -114,37 +138,6 @@ class FLACC(Strategy):
         self.last_alpha_min_cross_: float | None = None
         self.last_passed_over_ = 0
         self.merges_: list[Merge] = []
-
-    def _validate(self) -> None:
-        alpha0 = self.alpha0
-        if isinstance(alpha0, bool) or not isinstance(alpha0, numbers.Real):
-            raise UsageError(
-                f"alpha0 must be a number in (-1, 1], got {alpha0!r}; pass a float such as 0.0"
-            )
-        if not -1.0 < alpha0 <= 1.0:
-            raise UsageError(
-                f"alpha0 must be in (-1, 1] (FLACC eq. 16), got {alpha0!r}; "
-                "use 0.0, the paper's default, unless the federation calls for another bound"
-            )
-        if self.memory is not None and not _is_int_at_least(self.memory, 0):
-            raise UsageError(
-                f"memory must be an integer >= 0 (rounds) or None for no forgetting, "
-                f"got {self.memory!r}; the paper uses 10"
-            )
-        if not _is_int_at_least(self.n_merge, 1):
-            raise UsageError(
-                f"n_merge must be an integer >= 1, got {self.n_merge!r}; the paper recommends 1"
-            )
-        if not isinstance(self.next_pair, bool):
-            raise UsageError(
-                f"next_pair must be true or false, got {self.next_pair!r}; "
-                "false follows Algorithm 1 as written"
-            )
-        if not _is_int_at_least(self.n_sep, 1):
-            raise UsageError(
-                f"n_sep must be an integer >= 1 (rounds without a merge before separation), "
-                f"got {self.n_sep!r}; the paper uses 10"
-            )
 
     # -- training rounds -------------------------------------------------------------------
 
@@ -335,7 +328,6 @@ class FLACC(Strategy):
         return meta, {"alpha": self.alpha_.copy(), "tau": self.tau_.copy()}
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
-        self._validate()
         m = len(self.client_ids_)
         alpha = np.array(arrays["alpha"], dtype=np.float64)
         tau = np.array(arrays["tau"], dtype=np.int64)
@@ -358,9 +350,3 @@ class FLACC(Strategy):
             )
             for m in meta.get("merges", [])
         ]
-
-
-def _is_int_at_least(value: object, minimum: int) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        return False
-    return int(value) >= minimum

@@ -48,14 +48,13 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
 from __future__ import annotations
 
 import logging
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
-from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
+from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.flhc_tree import (
     LINKAGES,
@@ -67,43 +66,24 @@ from coordinator.strategies.flhc_tree import (
     linkage_tree,
     weakest_heights,
 )
+from coordinator.strategies.keys import GLOBAL, cluster_key
+from coordinator.strategies.parameters import Param
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, ModelFactory
 
 logger = logging.getLogger(__name__)
 
-GLOBAL = "global"
-
-
-def cluster_key(position: int) -> str:
-    """Model key of the k-th FL+HC cluster: ``"cluster-k"``."""
-    return f"cluster-{position}"
-
 
 class FLHC(Strategy):
     """FedAvg warm-up, one hierarchical clustering of the updates, then FedAvg per cluster.
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c sampled in every round but the clustering round.
-    n_warmup : int
-        FedAvg rounds before clustering (>= 0); the clustering round is ``n_warmup + 1``.
-    distance_threshold : float or None
-        Dendrogram cut (>= 0), in the units of ``metric``: Euclidean norm of weight
-        differences, or cosine distance in [0, 2]; None (the default) cuts in the largest
-        gap between the log merge heights (:func:`.flhc_tree.largest_gap_cut`). A number
-        depends on the model, optimiser and local epochs: the run history's
-        ``strategy_metrics.merge_height_below_threshold`` / ``…_above_threshold`` show the
-        dendrogram heights around the cut.
-    min_clusters, max_clusters : int
-        With ``distance_threshold=None``, the cut leaves at least ``min_clusters`` and at most
-        ``max_clusters`` (None: no bound) clusters; ignored for a number.
-    linkage : {"ward", "average", "complete", "single"}
-        Linkage criterion; ``"ward"`` (the default, as in the paper) needs Euclidean distances.
-    metric : {"euclidean", "cosine"}
-        Distance between two clients' updates.
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options flhc``).
+    ``distance_threshold`` is in the units of ``metric`` (Euclidean norm of weight
+    differences, or cosine distance in [0, 2]) and depends on the model, optimiser and local
+    epochs: the run history's ``strategy_metrics.merge_height_below_threshold`` /
+    ``…_above_threshold`` show the dendrogram heights around the cut. ``min_clusters`` and
+    ``max_clusters`` bound only the largest-gap cut (``distance_threshold=None``).
 
     Attributes
     ----------
@@ -123,6 +103,57 @@ class FLHC(Strategy):
     """
 
     name: ClassVar[str] = "flhc"
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "n_warmup",
+            "int",
+            10,
+            "the FedAvg rounds before the clustering round",
+            "FL+HC's rounds before clustering",
+            low=0,
+        ),
+        Param(
+            "distance_threshold",
+            "float",
+            None,
+            "the dendrogram height to cut at, in the units of metric",
+            "FL+HC's distance threshold",
+            low=0.0,
+            optional=True,
+            none="cut in the largest gap between merge heights",
+        ),
+        Param(
+            "linkage",
+            "str",
+            "ward",
+            "the linkage criterion ('ward' needs metric 'euclidean')",
+            "FL+HC uses ward",
+            choices=LINKAGES,
+        ),
+        Param(
+            "metric",
+            "str",
+            "euclidean",
+            "the distance between two clients' updates",
+            choices=METRICS,
+        ),
+        Param(
+            "min_clusters",
+            "int",
+            2,
+            "the fewest clusters the largest-gap cut may leave",
+            low=1,
+        ),
+        Param(
+            "max_clusters",
+            "int",
+            None,
+            "the most clusters the largest-gap cut may leave",
+            low=1,
+            optional=True,
+            none="no bound",
+        ),
+    )
 
     def __init__(
         self,
@@ -146,7 +177,6 @@ class FLHC(Strategy):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        self._validate()
         self.models_[GLOBAL] = np.array(model_factory(0), dtype=np.float32)
         self.clustered_ = False
         self.clusters_: dict[str, str] = {}
@@ -156,36 +186,11 @@ class FLHC(Strategy):
         self.similarity_: Float64Array = np.full((m, m), np.nan)
         self.weakest_: dict[str, float] = {}
 
-    def _validate(self) -> None:
-        n_warmup = self.n_warmup
-        if isinstance(n_warmup, bool) or not isinstance(n_warmup, int | np.integer) or n_warmup < 0:
+    def _check_parameter_rules(self) -> None:
+        if self.max_clusters is not None and self.max_clusters < self.min_clusters:
             raise UsageError(
-                f"n_warmup must be an integer >= 0 (FedAvg rounds before clustering), got "
-                f"{n_warmup!r}; the default is 10"
-            )
-        threshold = self.distance_threshold
-        check_positive_int("min_clusters", self.min_clusters)
-        if self.max_clusters is not None:
-            check_positive_int("max_clusters", self.max_clusters, minimum=self.min_clusters)
-        if threshold is not None and (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, numbers.Real)
-            or not np.isfinite(float(threshold))
-            or threshold < 0
-        ):
-            raise UsageError(
-                f"distance_threshold must be a finite number >= 0 or none, got "
-                f"{threshold!r}; pass the dendrogram height at which to cut, e.g. 1.0, or "
-                "none to cut in the largest gap between merge heights"
-            )
-        if self.linkage not in LINKAGES:
-            raise UsageError(
-                f"linkage must be one of {', '.join(map(repr, LINKAGES))}, got "
-                f"{self.linkage!r}; the paper uses 'ward'"
-            )
-        if self.metric not in METRICS:
-            raise UsageError(
-                f"metric must be one of {', '.join(map(repr, METRICS))}, got {self.metric!r}"
+                f"flhc: max_clusters must be an integer >= {self.min_clusters} (min_clusters) "
+                f"or none, got {self.max_clusters!r}; raise max_clusters or lower min_clusters"
             )
         if self.linkage == "ward" and self.metric != "euclidean":
             raise UsageError(
@@ -323,7 +328,6 @@ class FLHC(Strategy):
         return meta, {"similarity": self.similarity_.copy()}
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
-        self._validate()
         clusters: list[str | None] = list(meta["clusters"])
         if len(clusters) != len(self.client_ids_):
             raise ValueError(

@@ -29,28 +29,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.base import JsonDict, Strategy, check_positive_int
+from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
+from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.parameters import Param
 from faultfleet.tasks import EvaluateResult, Failure, FitResult
 from faultfleet.types import ModelFactory
 
 logger = logging.getLogger(__name__)
 
 
-def cluster_key(j: int) -> str:
-    """Key of the j-th IFCA cluster model: ``"cluster-j"``."""
-    return f"cluster-{j}"
-
-
 class IFCA(Strategy):
     """k cluster models; each client trains (and predicts with) its lowest-loss one.
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c sampled each round (see :class:`Strategy`).
-    n_clusters : int
-        Number k of cluster models, fixed for the whole run (IFCA needs it a priori).
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options ifca``).
 
     Attributes
     ----------
@@ -70,13 +62,22 @@ class IFCA(Strategy):
     """
 
     name: ClassVar[str] = "ifca"
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "n_clusters",
+            "int",
+            4,
+            "the number k of cluster models, fixed for the whole run",
+            "IFCA Algorithm 1: k is needed a priori",
+            low=1,
+        ),
+    )
 
     def __init__(self, *, fraction: float = 0.25, n_clusters: int = 4) -> None:
         super().__init__(fraction=fraction)
         self.n_clusters = n_clusters
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        check_positive_int("n_clusters", self.n_clusters)
         for j in range(self.n_clusters):
             self.models_[cluster_key(j)] = np.array(model_factory(j), dtype=np.float32)
         self.fit_keys_: dict[str, str] = {}

@@ -62,15 +62,16 @@ import numpy as np
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
-from coordinator.strategies.ifca import cluster_key
 from coordinator.strategies.jgl_identity import (
+    PARAMETERS,
     Reference,
     Similarity,
-    check_options,
     descent_similarity,
     fill_empty_clusters,
     identity_scores,
 )
+from coordinator.strategies.keys import cluster_key, cluster_number
+from coordinator.strategies.parameters import Param
 from faultfleet.tasks import (
     Failure,
     FitInstruction,
@@ -86,21 +87,7 @@ from faultfleet.types import Float64Array, ModelFactory
 class JointGradientLoss(Strategy):
     """K cluster models; each device picks one by gradient similarity and loss (eq. 4).
 
-    Parameters
-    ----------
-    fraction : float
-        Client fraction c sampled each round; Algorithm 1 has every device take part (1.0).
-    n_clusters : int
-        Number K of cluster models, fixed for the whole run.
-    lam : float in [0, 1]
-        λ of eq. 4, the weight of the gradient similarity against the loss (paper: 0.2).
-    batch_size : int
-        Samples of the probe mini-batch Z_i (clipped by the client to its data size).
-    similarity : "cosine" or "euclidean"
-        Eq. 3's cosine, or the negative Euclidean distance of §II-B.
-    reference : "update" or "gradient"
-        What S compares with: the cluster's last update Δw_k (eq. 2), or the descent
-        direction of its devices' last probe gradients (the paper's gloss of eq. 2).
+    Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options jgl``).
 
     Attributes
     ----------
@@ -115,6 +102,7 @@ class JointGradientLoss(Strategy):
 
     name: ClassVar[str] = "jgl"
     probes: ClassVar[bool] = True
+    parameters: ClassVar[tuple[Param, ...]] = PARAMETERS
 
     def __init__(
         self,
@@ -136,13 +124,6 @@ class JointGradientLoss(Strategy):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
-        check_options(
-            n_clusters=self.n_clusters,
-            batch_size=self.batch_size,
-            lam=self.lam,
-            similarity=self.similarity,
-            reference=self.reference,
-        )
         for k in range(self.n_clusters):
             self.models_[cluster_key(k)] = np.array(model_factory(k), dtype=np.float32)
         self.last_update_ = np.zeros((self.n_clusters, self._model_size()), dtype=np.float32)
@@ -285,7 +266,7 @@ class JointGradientLoss(Strategy):
         plan = self.plan_ if self.plan_round_ == server_round else None
         by_cluster: dict[int, list[FitResult]] = {}
         for r in results:
-            k = int(r.model_key.removeprefix("cluster-"))
+            k = cluster_number(r.model_key)
             if plan is not None and plan.get(r.client_id) != k:
                 raise ValueError(
                     f"client {r.client_id!r} trained {r.model_key!r}, but round {server_round} "

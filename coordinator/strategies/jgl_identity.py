@@ -10,21 +10,19 @@ decisions they implement):
 * :func:`identity_scores` — eq. 4's objective λ·S_ik − (1 − λ)·L_ik;
 * :func:`fill_empty_clusters` — §II-C, every cluster gets a device;
 
-and :func:`check_options`, the checks of the strategy's hyper-parameters with the names
-the ``similarity`` and ``reference`` options take (:data:`SIMILARITIES`,
-:data:`REFERENCES`).
+and the strategy's hyper-parameters (:data:`PARAMETERS`, with the names the ``similarity``
+and ``reference`` options take: :data:`SIMILARITIES`, :data:`REFERENCES`).
 """
 
 from __future__ import annotations
 
-import numbers
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from coordinator.strategies.base import check_positive_int
-from faultfleet.errors import UsageError
+from coordinator.strategies.parameters import FRACTION, Param
 from faultfleet.types import Float64Array, IntArray
 
 Similarity = Literal["cosine", "euclidean"]
@@ -32,22 +30,53 @@ SIMILARITIES: tuple[str, ...] = ("cosine", "euclidean")
 Reference = Literal["update", "gradient"]
 REFERENCES: tuple[str, ...] = ("update", "gradient")
 
-
-def check_options(
-    *, n_clusters: int, batch_size: int, lam: float, similarity: str, reference: str
-) -> None:
-    """Raise a UsageError naming the first invalid hyper-parameter of JGL."""
-    check_positive_int("n_clusters", n_clusters)
-    check_positive_int("batch_size", batch_size)
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
-        raise UsageError(
-            f"lam must be a number in [0, 1] (eq. 4's weight of the gradient similarity), "
-            f"got {lam!r}; the paper's best is 0.2"
-        )
-    if similarity not in SIMILARITIES:
-        raise UsageError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {similarity!r}")
-    if reference not in REFERENCES:
-        raise UsageError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
+PARAMETERS: tuple[Param, ...] = (
+    replace(FRACTION, default=1.0, reference="JGL Algorithm 1 has every device take part"),
+    Param(
+        "n_clusters",
+        "int",
+        4,
+        "the number K of cluster models, fixed for the whole run",
+        "JGL Algorithm 1",
+        low=1,
+    ),
+    Param(
+        "lam",
+        "float",
+        0.2,
+        "λ, the weight of the gradient similarity against the loss",
+        "JGL eq. 4; 0.2 is the paper's best",
+        low=0.0,
+        high=1.0,
+    ),
+    Param(
+        "batch_size",
+        "int",
+        64,
+        "the samples of the probe mini-batch Z_i (clipped to the device's data)",
+        "JGL Algorithm 1, lines 3–9",
+        low=1,
+    ),
+    Param(
+        "similarity",
+        "str",
+        "cosine",
+        "S: eq. 3's cosine, or the negative Euclidean distance of §II-B",
+        "JGL eqs. 2–3",
+        choices=SIMILARITIES,
+    ),
+    Param(
+        "reference",
+        "str",
+        "update",
+        "what S compares with: the cluster's last update, or the descent direction of "
+        "its devices' last probe gradients",
+        "JGL eq. 2 and its gloss",
+        choices=REFERENCES,
+    ),
+)
+"""The hyper-parameters of :class:`~coordinator.strategies.jgl.JointGradientLoss`, its
+:attr:`~coordinator.strategies.base.Strategy.parameters` table."""
 
 
 def descent_similarity(

@@ -42,11 +42,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.evidence import ClusterEvidence, Merge
 from coordinator.strategies.quality_maths import (
     average_linkage_split,
     block_sums,
@@ -56,9 +56,6 @@ from coordinator.strategies.quality_maths import (
     share,
 )
 from faultfleet.types import Float64Array, IntArray
-
-if TYPE_CHECKING:
-    from coordinator.strategies.base import Merge
 
 BORDERLINE = 0.5
 """A cluster or merge whose score is below this is borderline."""

@@ -16,7 +16,10 @@ import argparse
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from coordinator.strategies.parameters import FRACTION as STRATEGY_FRACTION
+from coordinator.strategies.parameters import Param, parse_text
 from faultfleet.errors import UsageError
 from signal_pipeline.label_groups import LabelGroups, parse_label_groups
 
@@ -77,8 +80,25 @@ NON_NEGATIVE_NUMBER = number(at_least=0)
 """A scale or a spread: a finite number >= 0."""
 FINITE_NUMBER = number()
 """A finite number of either sign (a signal-to-noise ratio in dB)."""
-FRACTION = number(above=0, at_most=1)
-"""A fraction in (0, 1]."""
+
+
+def declared(param: Param) -> Callable[[str], Any]:
+    """Type of an option that sets a strategy parameter, checked by its declaration
+    (:mod:`coordinator.strategies.parameters`): ``--fraction`` is the strategies' fraction."""
+    wanted = param.allowed()
+
+    def parse(text: str) -> Any:
+        try:
+            return parse_text(param, text, param.name)
+        except UsageError:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}") from None
+
+    parse.__name__ = wanted
+    return parse
+
+
+FRACTION = declared(STRATEGY_FRACTION)
+"""The client fraction c, as every strategy declares it: in (0, 1]."""
 MACHINE_SPREAD_HELP = "how much machines differ (default 0.25: nominally identical machines)"
 """Help of ``--machine-spread``, whose type is :data:`NON_NEGATIVE_NUMBER`."""
 GROUPS_HELP = (

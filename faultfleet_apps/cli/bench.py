@@ -4,26 +4,21 @@ Writes ``OUT/<scenario>/<method>/seed<k>/results.json`` per cell (finished cells
 back, so an interrupted suite resumes), then ``OUT/results.csv``, ``OUT/summary.md`` and
 per-scenario plots (:mod:`faultfleet_apps.imagebench.report`). Suites and their settings are in
 :mod:`faultfleet_apps.imagebench.suites`; docs/reproduction.md compares them with the papers.
+This module builds the command line; the run is :mod:`faultfleet_apps.cli.bench_run`,
+imported only when ``bench`` runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet_apps.cli.arguments import POSITIVE, SEED
-from faultfleet_apps.imagebench.bench import default_jobs, run_cells
-from faultfleet_apps.imagebench.cells import Cell, check_cells, plan_cells
+from faultfleet_apps.cli.lazy import lazy_handler
 from faultfleet_apps.imagebench.datasets import DATASET_NAMES
-from faultfleet_apps.imagebench.report import draw, group_documents, write_csv, write_markdown
-from faultfleet_apps.imagebench.suites import SUITES, BenchScenario, Suite, get_suite
-from faultfleet_apps.plotting import require_pyplot
-from faultfleet_apps.simulation.table import Document
+from faultfleet_apps.imagebench.suites import SUITES, BenchScenario, Suite
 
 
 def add_bench_command(commands: Any) -> None:
@@ -75,10 +70,10 @@ def add_bench_command(commands: Any) -> None:
         type=POSITIVE,
         help="worker processes running cells side by side (default: cores / threads)",
     )
-    bench.set_defaults(handler=run_bench)
+    bench.set_defaults(handler=lazy_handler("faultfleet_apps.cli.bench_run", "run_bench"))
 
 
-def _with_rounds(suite: Suite, rounds: int | None) -> Suite:
+def with_rounds(suite: Suite, rounds: int | None) -> Suite:
     if rounds is None:
         return suite
     scenarios = tuple(
@@ -87,7 +82,7 @@ def _with_rounds(suite: Suite, rounds: int | None) -> Suite:
     return replace(suite, scenarios=scenarios)
 
 
-def _with_model(suite: Suite, model: str | None) -> Suite:
+def with_model(suite: Suite, model: str | None) -> Suite:
     """``suite`` with every scenario training ``model``; a paper column says it differs."""
     if model is None:
         return suite
@@ -103,71 +98,6 @@ def _with_model(suite: Suite, model: str | None) -> Suite:
     return replace(suite, scenarios=tuple(retrained(s) for s in suite.scenarios))
 
 
-def _unique(values: list[Any] | None) -> list[Any] | None:
+def unique(values: list[Any] | None) -> list[Any] | None:
     """``values`` without repeats, first occurrence kept (a seed given twice runs once)."""
     return None if values is None else list(dict.fromkeys(values))
-
-
-def _progress(cell: Cell, document: Document, done: int, total: int) -> None:
-    final = document["final"]
-    print(
-        f"[{done}/{total}] {cell.scenario.name} {cell.method} seed {cell.seed}: accuracy "
-        f"{100 * final['accuracy']:.2f} %, {final['num_clusters']} clusters, ARI "
-        f"{final['ari']:.3f}, {document['wall_seconds']:.0f} s",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    """Handler of ``faultfleet bench``."""
-    suite = _with_model(_with_rounds(get_suite(args.suite), args.rounds), args.model)
-    cells = plan_cells(
-        suite,
-        out=args.out,
-        methods=_unique(args.methods),
-        seeds=_unique(args.seeds),
-        scenarios=_unique(args.scenarios),
-        dataset=args.dataset,
-        data_dir=args.data_dir,
-        threads=args.threads,
-    )
-    check_cells(cells)
-    require_pyplot()  # the run ends in figures: no matplotlib, no run
-    jobs = args.jobs or default_jobs(args.threads)
-    print(
-        f"suite {suite.name}: {len(cells)} cells "
-        f"({len({c.scenario.name for c in cells})} scenarios), "
-        f"up to {jobs} at a time; results in {args.out}",
-        file=sys.stderr,
-        flush=True,
-    )
-    start = time.perf_counter()
-    try:
-        documents = run_cells(cells, jobs=jobs, report=_progress)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(
-            f"interrupted; finished cells are kept in {args.out}, and the same command "
-            "resumes from them"
-        ) from None
-    grouped = group_documents(
-        suite.scenarios, [(c.scenario.name, d) for c, d in zip(cells, documents, strict=True)]
-    )
-    write_csv(grouped, args.out / "results.csv")
-    header = (
-        f"# faultfleet bench --suite {suite.name}\n\n"
-        f"Dataset: {', '.join(sorted({c.dataset for c in cells}))}; model: "
-        f"{', '.join(sorted({c.scenario.model for c in cells}))}. Accuracy is the mean "
-        "client test accuracy after the last round, mean ± std over seeds (population std); "
-        "clusters and ARI are scored against the federation's true groups."
-    )
-    write_markdown(suite.scenarios, grouped, args.out / "summary.md", header=header)
-    for scenario in suite.scenarios:
-        if grouped.get(scenario.name):
-            draw(scenario, grouped[scenario.name], args.out)
-    print((args.out / "summary.md").read_text(encoding="utf-8"))
-    print(
-        f"{len(cells)} cells in {time.perf_counter() - start:.0f} s wall time",
-        file=sys.stderr,
-    )
-    return 0

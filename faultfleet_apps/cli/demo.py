@@ -10,13 +10,11 @@ FLACC, and reports the clusters found, their accuracy and the agents' live diagn
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from faultfleet.errors import UsageError
 from faultfleet_apps.cli.arguments import POSITIVE, POSITIVE_NUMBER, SEED, output_folder, whole
@@ -25,6 +23,7 @@ from faultfleet_apps.cli.signals import format_inspection
 from faultfleet_apps.demo.fleet import DemoPlan, run_fleet_demo
 from faultfleet_apps.demo.report import format_outcome, write_report
 from faultfleet_apps.plotting import require_pyplot
+from faultfleet_apps.progress import Progress
 from signal_pipeline.bearing import SKF_6205
 from signal_pipeline.conditions import Condition
 from signal_pipeline.inspection import inspect_recording
@@ -144,13 +143,12 @@ def run_fleet(args: argparse.Namespace) -> None:
         f"logs in {plan.out / 'logs'}"
     )
     with (
-        tqdm(total=plan.rounds, desc="rounds", unit="round", file=sys.stderr, disable=None) as bar,
+        Progress(plan.rounds, desc="rounds", unit="round") as bar,
         stop_on_signals() as stop,
     ):
 
         def on_round(done: int, total: int) -> None:
-            if done > bar.n:
-                bar.update(done - bar.n)
+            bar.advance_to(done)
 
         outcome = run_fleet_demo(plan, stop, on_round)
     if outcome is None:

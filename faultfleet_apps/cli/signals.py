@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from faultfleet_apps.cli.arguments import (
     FINITE_NUMBER,
@@ -27,6 +25,7 @@ from faultfleet_apps.cli.arguments import (
     output_file_folder,
     whole,
 )
+from faultfleet_apps.progress import Progress
 from signal_pipeline.bearing import parse_bearing
 from signal_pipeline.conditions import Condition, label_names
 from signal_pipeline.federation import Federation
@@ -302,12 +301,10 @@ def run_inspect(args: argparse.Namespace) -> int:
 @contextmanager
 def machine_progress(total: int) -> Iterator[ProgressCallback]:
     """A progress bar on stderr for simulating ``total`` machines; yields its callback."""
-    with tqdm(
-        total=total, desc="simulating machines", unit="machine", file=sys.stderr, disable=None
-    ) as bar:
+    with Progress(total, desc="simulating machines", unit="machine") as bar:
 
         def advance(done: int, _total: int) -> None:
-            bar.update(done - bar.n)
+            bar.advance_to(done)
 
         yield advance
 

@@ -6,25 +6,25 @@ cluster-quality figures that need no ground truth, and a per-round history),
 the final numbers with the cluster-quality table. With ``--compare fedavg`` (the default
 for clustered strategies) FedAvg runs on the same federation and seed and its curve is
 drawn beside; its results go to ``OUT/compare-fedavg/results.json``.
+
+This module builds the command line and the run's settings; ``--option KEY=VALUE`` is read
+by the type the strategy declares (:func:`coordinator.strategies.registry.parse_options`)
+and ``--list-options STRATEGY`` prints the declarations. The run itself is in
+:mod:`faultfleet_apps.cli.sim_run`, imported only when ``sim`` runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-from tqdm import tqdm
-
-from coordinator.engine.state import has_state
-from coordinator.strategies.registry import STRATEGIES
+from coordinator.strategies.parameters import describe
+from coordinator.strategies.registry import STRATEGIES, parse_options, strategy_parameters
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
-from faultfleet.files import atomic_write
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet_apps.cli.arguments import (
     FINITE_NUMBER,
@@ -37,22 +37,29 @@ from faultfleet_apps.cli.arguments import (
     SEED,
     check_fleet_options,
     label_groups_option,
-    output_folder,
 )
-from faultfleet_apps.cli.signals import machine_progress
-from faultfleet_apps.plotting import require_pyplot
-from faultfleet_apps.quality_table import format_quality
+from faultfleet_apps.cli.lazy import lazy_handler
 from faultfleet_apps.simulation.config import PROFILES, SCENARIOS, SimConfig, profile
-from faultfleet_apps.simulation.membership import refuse_fixed_membership
-from faultfleet_apps.simulation.plots import plot_accuracy, plot_clusters
-from faultfleet_apps.simulation.runner import (
-    RoundRecord,
-    SimResult,
-    build_federation,
-    machine_count,
-    run_simulation,
-)
-from signal_pipeline.federation import Federation
+
+
+class ListOptions(argparse.Action):
+    """``--list-options STRATEGY``: print the strategy's parameter table and exit, like
+    ``--help`` (no other option is needed)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        name = str(values)
+        lines = [
+            f"options of {name} (--option KEY=VALUE; declared in its parameter table):",
+            *describe(strategy_parameters(name)),
+        ]
+        print("\n".join(lines))
+        parser.exit(0)
 
 
 def add_sim_command(commands: Any) -> None:
@@ -111,7 +118,15 @@ def add_sim_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="strategy hyper-parameter, e.g. n_clusters=6 for ifca (repeatable)",
+        help="strategy hyper-parameter, e.g. n_clusters=6 for ifca (repeatable); "
+        "--list-options STRATEGY shows them",
+    )
+    sim.add_argument(
+        "--list-options",
+        action=ListOptions,
+        choices=sorted(STRATEGIES),
+        metavar="STRATEGY",
+        help="print every option of STRATEGY (type and range, default, meaning and paper) and exit",
     )
     sim.add_argument(
         "--aggregation",
@@ -157,29 +172,7 @@ def add_sim_command(commands: Any) -> None:
         action="store_true",
         help="continue an interrupted run from OUT/checkpoint (same options)",
     )
-    sim.set_defaults(handler=run_sim)
-
-
-def parse_option(text: str) -> tuple[str, Any]:
-    """``"n_clusters=6"`` → ``("n_clusters", 6)``; values are int, float, bool, none or text."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise UsageError(f"--option {text!r}: expected KEY=VALUE, e.g. n_clusters=6")
-    lowered = raw.strip().lower()
-    value: Any
-    if lowered in ("none", "null", "inf"):
-        value = None
-    elif lowered in ("true", "false"):
-        value = lowered == "true"
-    else:
-        try:
-            value = int(raw)
-        except ValueError:
-            try:
-                value = float(raw)
-            except ValueError:
-                value = raw
-    return key.strip(), value
+    sim.set_defaults(handler=lazy_handler("faultfleet_apps.cli.sim_run", "run_sim"))
 
 
 def parse_member_round(text: str, option: str = "--join") -> tuple[str, int]:
@@ -224,7 +217,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         eval_every=args.eval_every,
         device=args.device,
         train=train,
-        strategy_options=dict(parse_option(o) for o in args.option),
+        strategy_options=parse_options(args.strategy, args.option),
         joins=tuple(parse_member_round(j, "--join") for j in args.join) or None,
         leaves=tuple(parse_member_round(e, "--leave") for e in args.leave) or None,
         aggregation=parse_aggregation(args.aggregation),
@@ -242,138 +235,16 @@ def parse_aggregation(items: list[str]) -> AggregationPolicy:
         if item.strip().lower() == "off":
             values = asdict(AggregationPolicy())
             continue
-        key, value = parse_option(item)
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--aggregation {item!r}: expected KEY=VALUE, e.g. trim_fraction=0")
         if key not in values:
             raise UsageError(f"--aggregation {item!r}: unknown key {key!r}; the keys are {keys}")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"--aggregation {item!r}: {key} takes a number, e.g. {key}=0")
-        values[key] = float(value)
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            raise UsageError(
+                f"--aggregation {item!r}: {key} takes a number, e.g. {key}=0"
+            ) from None
     return AggregationPolicy(**values)
-
-
-def run_with_progress(
-    config: SimConfig,
-    out: Path,
-    *,
-    label: str,
-    federation: Federation | None = None,
-    resume: bool = False,
-    checkpoint: bool = True,
-) -> SimResult:
-    """Run ``config`` with a progress bar on stderr and write ``out/results.json``.
-
-    Checkpoints go to ``out/checkpoint`` unless ``checkpoint`` is false.
-    """
-    scheduled = bool(config.joins or config.leaves)
-    with tqdm(total=config.rounds, desc=label, unit="round", file=sys.stderr, disable=None) as bar:
-
-        def show(record: RoundRecord) -> None:
-            bar.update(record.round - bar.n)
-            change = membership_change(config, record.round)
-            if change:
-                bar.write(
-                    f"{label}: before round {record.round}: {change} ({record.members} members)",
-                    file=sys.stderr,
-                )
-            if record.accuracy is not None:
-                postfix: dict[str, object] = {
-                    "acc": f"{record.accuracy:.3f}",
-                    "clusters": record.num_clusters,
-                    "ari": f"{record.ari:.2f}",
-                }
-                if scheduled:
-                    postfix["members"] = record.members
-                bar.set_postfix(postfix)
-
-        result = run_simulation(
-            config,
-            federation=federation,
-            on_round=show,
-            checkpoint_dir=out / "checkpoint" if checkpoint else None,
-            resume=resume,
-        )
-    write_json(out / "results.json", result.to_json())
-    return result
-
-
-def membership_change(config: SimConfig, server_round: int) -> str:
-    """Who joined and who left before ``server_round`` ("" if nobody), for the progress."""
-    joined = [client for client, r in config.joins if r == server_round]
-    left = [client for client, r in config.leaves if r == server_round]
-    parts = [f"{', '.join(joined)} joined"] if joined else []
-    parts += [f"{', '.join(left)} left"] if left else []
-    return "; ".join(parts)
-
-
-def write_json(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` atomically."""
-    text = json.dumps(document, indent=1) + "\n"
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
-
-
-def run_sim(args: argparse.Namespace) -> int:
-    """Handler of ``sim``."""
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    config = config_from_args(args)
-    require_pyplot()  # the run ends in figures: no matplotlib, no run
-    compare = args.compare or ("none" if config.strategy == "fedavg" else "fedavg")
-    refuse_fixed_membership(config.strategy, config.joins, config.leaves)
-    if compare != "none":
-        refuse_fixed_membership(compare, config.joins, config.leaves)
-    if args.resume and not has_state(args.out / "checkpoint"):
-        raise UsageError(
-            f"--resume: {args.out / 'checkpoint'} holds no checkpoint to resume from; check "
-            "--out, or run without --resume to start a new run"
-        )
-    with machine_progress(machine_count(config)) as advance:
-        federation = build_federation(config, progress=advance)
-    output_folder(args.out)
-    try:
-        result = run_with_progress(
-            config, args.out, label=config.strategy, federation=federation, resume=args.resume
-        )
-        curves = {config.strategy: _curve(result)}
-        if compare != "none":
-            other = replace(config, strategy=compare, strategy_options={})
-            other_result = run_with_progress(
-                other,
-                args.out / f"compare-{compare}",
-                label=compare,
-                federation=federation,
-                resume=args.resume,
-            )
-            curves[compare] = _curve(other_result)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(
-            "interrupted; the same command with --resume continues from the last round "
-            f"saved in {args.out}"
-        ) from None
-    final = result.final()
-    plot_accuracy(curves, args.out / "accuracy.png", title=f"{config.scenario}, seed {config.seed}")
-    plot_clusters(
-        result.true_groups,
-        result.clusters,
-        {c.client_id: len(c.train) for c in federation.clients},
-        args.out / "clusters.png",
-        title=f"{config.strategy}: {final['num_clusters']} clusters, ARI {final['ari']:.2f}",
-    )
-    print(
-        f"{config.strategy} on {config.scenario} (seed {config.seed}): accuracy "
-        f"{final['accuracy']:.4f}, {final['num_clusters']} clusters, ARI {final['ari']:.3f}, "
-        f"purity {final['purity']:.3f}, {result.wall_seconds:.0f} s"
-    )
-    print("\n".join(format_quality(result.quality_json())))
-    if result.privacy is not None:
-        privacy = result.privacy
-        print(
-            f"differential privacy: epsilon {privacy.epsilon:.3g} at delta {privacy.delta:g} "
-            f"(noise multiplier {privacy.noise_multiplier:g}, clip norm {privacy.clip_norm:g}, "
-            f"sampling rate {privacy.sampling_rate:.3g}, {privacy.rounds} rounds)"
-        )
-    print(f"results in {args.out}/results.json, plots accuracy.png and clusters.png")
-    return 0
-
-
-def _curve(result: SimResult) -> tuple[list[int], list[float | None]]:
-    return [r.round for r in result.history], [r.accuracy for r in result.history]

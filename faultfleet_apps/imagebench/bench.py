@@ -27,18 +27,17 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
 import torch
-from tqdm import tqdm
 
 from faultfleet.errors import FaultfleetError, UsageError
 from faultfleet_apps.imagebench.cells import Cell, build_cell_federation, cell_config, read_cell
 from faultfleet_apps.imagebench.centralized import run_centralized
 from faultfleet_apps.imagebench.suites import CENTRALIZED
+from faultfleet_apps.progress import use_thread_lock
 from faultfleet_apps.simulation.config import SimConfig
 from faultfleet_apps.simulation.runner import RoundRecord, run_simulation
 from faultfleet_apps.simulation.table import Document, write_document
@@ -203,4 +202,4 @@ def _ignore_interrupts() -> None:
     a worker draws no progress bars, so a thread lock does.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    tqdm.set_lock(threading.RLock())
+    use_thread_lock()

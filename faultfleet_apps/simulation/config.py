@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from coordinator.strategies.parameters import FRACTION, check_value
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
@@ -81,8 +82,9 @@ class SimConfig:
             )
         if self.rounds < 1:
             raise UsageError(f"rounds must be >= 1, got {self.rounds}")
-        if not 0.0 < self.fraction <= 1.0:
-            raise UsageError(f"fraction must be in (0, 1], got {self.fraction}")
+        # the strategies' declaration of the client fraction, checked here too: CFL takes
+        # no fraction and --compare runs FedAvg with this one
+        check_value(FRACTION, self.fraction, "sim")
         if self.clients_per_group < 1:
             raise UsageError(f"clients_per_group must be >= 1, got {self.clients_per_group}")
         self._check_fleet()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.strategies.registry import parse_options
 from faultfleet_apps.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +169,18 @@ def test_a_documented_command_parses(shown: Shown, capsys: pytest.CaptureFixture
             f"{shown.where}: `{shown.text}` does not parse (exit {exit_.code}): "
             f"{capsys.readouterr().err.strip().splitlines()[-1]}"
         )
+
+
+@pytest.mark.parametrize("shown", SHOWN, ids=lambda s: f"{s.where} {s.text[:60]}")
+def test_a_documented_strategy_option_is_one_its_table_takes(shown: Shown) -> None:
+    """``--option KEY=VALUE`` shown with ``faultfleet sim`` is read by the strategy's
+    parameter table: a real option, a value of its type and in its range."""
+    args = arguments(words_of(shown.text))
+    if not is_command_line(shown) or args[:1] != ["sim"] or "--option" not in args:
+        return
+    parsed = PARSER.parse_args(args)
+
+    parse_options(parsed.strategy, parsed.option)
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def test_silent_agent_fails_at_the_deadline_and_the_round_keeps_the_others(
         metrics=CoordinatorMetrics(CollectorRegistry()),
         max_payload_bytes=broker_settings.max_payload_bytes,
         round_clock=round_clock,
-    )
+    ).start()
     connection.start()
     assert connection.wait_subscribed(CONNECT_TIMEOUT_S)
     config = TrainConfig(optimizer="adam", learning_rate=5e-4, epochs=1, batch_size=32)
@@ -107,6 +107,7 @@ def test_silent_agent_fails_at_the_deadline_and_the_round_keeps_the_others(
             outcome = future.result(timeout=60)
     finally:
         connection.stop()
+        fleet.close()
         agents.stop()
 
     # Assert

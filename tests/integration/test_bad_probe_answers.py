@@ -76,13 +76,14 @@ def fleet_and_metrics(
         metrics=CoordinatorMetrics(registry),
         max_payload_bytes=MAX_PAYLOAD_BYTES,
         round_clock=ManualClock(),  # never moved: probes close only once answered
-    )
+    ).start()
     connection.start()
     assert connection.wait_subscribed(CONNECT_TIMEOUT_S)
     try:
         yield fleet, registry
     finally:
         connection.stop()
+        fleet.close()
 
 
 def test_bad_probe_answers_are_rejected_by_reason_and_probes_complete(
@@ -173,7 +174,7 @@ def test_bad_probe_answers_are_rejected_by_reason_and_probes_complete(
         RejectReason.WRONG_SHAPE: 2.0,
         RejectReason.TOO_MANY_SAMPLES: 0.0,
     }
-    assert fleet.connection.handler_errors == 0
+    assert fleet.answers.connection.handler_errors == 0
 
     # Assert: the probes returned the good answers, in the tasks' order
     assert losses_outcome.failures == gradient_outcome.failures == ()

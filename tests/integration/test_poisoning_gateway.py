@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.runtime.service import CoordinatorService
-from coordinator.strategies.fedavg import GLOBAL
+from coordinator.strategies.keys import GLOBAL
 from faultfleet.models.zoo import model_factory
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet_apps.brokers.accounts import COORDINATOR, BrokerAccounts, create_accounts

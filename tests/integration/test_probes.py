@@ -145,7 +145,7 @@ def mqtt_fleet(
         metrics=CoordinatorMetrics(registry),
         max_payload_bytes=broker.max_payload_bytes,
         round_clock=round_clock,
-    )
+    ).start()
     holder.append(fleet)
 
     def on_status(topic: str, payload: bytes) -> None:
@@ -159,6 +159,7 @@ def mqtt_fleet(
         yield fleet
     finally:
         connection.stop()
+        fleet.close()
 
 
 # -- probes equal the simulator ------------------------------------------------------------
@@ -246,7 +247,7 @@ def test_one_agent_trains_two_models_in_one_round_and_a_replay_reads_both_from_t
         outcome = fleet.fit(1, tasks)
     expected = in_process.fit(1, tasks)
     # A restarted coordinator replays the round: every update comes from the journal.
-    replayed = MqttFleet(
+    with MqttFleet(
         MqttConnection(client_id="never-started", settings=module_broker),
         TOPICS,
         AgentRegistry(),
@@ -260,7 +261,8 @@ def test_one_agent_trains_two_models_in_one_round_and_a_replay_reads_both_from_t
         journal=RoundJournal(journal),
         metrics=CoordinatorMetrics(CollectorRegistry()),
         max_payload_bytes=module_broker.max_payload_bytes,
-    ).fit(1, tasks)
+    ) as restarted:
+        replayed = restarted.fit(1, tasks)
 
     assert outcome.failures == replayed.failures == ()
     assert [(r.client_id, r.model_key) for r in outcome.results] == [

@@ -1,8 +1,11 @@
-"""A gateway installs faultfleet without its extras: no matplotlib (``sim``), no amqtt (``demo``).
+"""A gateway installs faultfleet without its extras: no matplotlib or tqdm (``sim``), no amqtt
+(``demo``).
 
-The checks run in one fresh interpreter whose imports of matplotlib and amqtt fail as if
-they were not installed (a meta-path finder raises ModuleNotFoundError), so whatever the
-test process already imported does not hide a stray import.
+The checks run in one fresh interpreter whose imports of matplotlib, tqdm and amqtt fail as
+if they were not installed (a meta-path finder raises ModuleNotFoundError), so whatever the
+test process already imported does not hide a stray import. The service commands load
+neither the extras nor the simulator: ``faultfleet`` imports a command's run only when the
+command runs (:mod:`faultfleet_apps.cli.lazy`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ WITHOUT_EXTRAS = textwrap.dedent(
 
     class NotInstalled(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in {"matplotlib", "amqtt"}:
+            if name.partition(".")[0] in {"matplotlib", "tqdm", "amqtt"}:
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
             return None
 
@@ -37,7 +40,7 @@ WITHOUT_EXTRAS = textwrap.dedent(
 
 
 def run_without_extras(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a new interpreter where matplotlib and amqtt cannot be imported."""
+    """Run ``code`` in a new interpreter where matplotlib, tqdm and amqtt cannot be imported."""
     return subprocess.run(
         [sys.executable, "-c", WITHOUT_EXTRAS + textwrap.dedent(code)],
         cwd=cwd,
@@ -59,16 +62,22 @@ GATEWAY_SESSION = """
     from faultfleet_apps.cli.main import main
 
     report = {"imported": ["coordinator.runtime.service", "edge_agent.service"]}
-    for command in ("agent", "coordinator"):
+    for command in ("agent", "coordinator", "sim"):
         shown = io.StringIO()
         with contextlib.redirect_stdout(shown):
             status = main([command, "--help"])
         report[command] = {"status": status, "help": shown.getvalue()}
     said = io.StringIO()
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        report["list"] = {"status": main(["sim", "--list-options", "flacc"])}
+    report["list"]["stdout"] = shown.getvalue()
+    simulator = ("faultfleet_apps.simulation.runner", "faultfleet_apps.cli.sim_run")
+    report["applications_before_a_run"] = sorted(m for m in simulator if m in sys.modules)
     with contextlib.redirect_stderr(said):
-        report["sim"] = {"status": main(["sim", "--out", OUT, "--rounds", "1"])}
-    report["sim"]["stderr"] = said.getvalue()
-    extras = {"matplotlib", "amqtt"}
+        report["run"] = {"status": main(["sim", "--out", OUT, "--rounds", "1"])}
+    report["run"]["stderr"] = said.getvalue()
+    extras = {"matplotlib", "tqdm", "amqtt"}
     report["loaded"] = sorted(m for m in sys.modules if m.partition(".")[0] in extras)
     print(json.dumps(report))
 """
@@ -98,16 +107,22 @@ def test_service_modules_import_without_extras(gateway: dict[str, Any]) -> None:
     assert gateway["loaded"] == []
 
 
-@pytest.mark.parametrize("command", ["agent", "coordinator"])
-def test_service_commands_need_no_extras(gateway: dict[str, Any], command: str) -> None:
+@pytest.mark.parametrize("command", ["agent", "coordinator", "sim"])
+def test_every_help_needs_no_extras(gateway: dict[str, Any], command: str) -> None:
     assert gateway[command]["status"] == 0
     assert f"usage: faultfleet {command}" in gateway[command]["help"]
+
+
+def test_help_and_option_listings_load_no_simulator(gateway: dict[str, Any]) -> None:
+    assert gateway["applications_before_a_run"] == []
+    assert gateway["list"]["status"] == 0
+    assert "n_sep" in gateway["list"]["stdout"]
 
 
 def test_a_command_that_draws_figures_asks_for_the_sim_extra_before_running(
     gateway: dict[str, Any],
 ) -> None:
-    sim = gateway["sim"]
+    sim = gateway["run"]
 
     lines = sim["stderr"].strip().splitlines()
     assert sim["status"] == 2

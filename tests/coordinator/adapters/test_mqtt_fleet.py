@@ -7,10 +7,12 @@ to its registry by hand, in the order a restarted coordinator may receive them.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.journal import RoundJournal
@@ -110,14 +112,18 @@ def test_an_update_claiming_more_samples_than_declared_is_refused_and_fails_its_
     frames = mqtt_fleet.frames.fit(
         1, [FitTask(agent, {"global": start}, TrainConfig(), seed=1) for agent in ("a", "b")]
     )
-    mqtt_fleet._collection = Collection({p.task_id: p for p, _, _ in frames})
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
     (task_a, header_a, _), (task_b, header_b, _) = frames
     assert isinstance(header_a, FitTaskMessage)
     assert isinstance(header_b, FitTaskMessage)
 
     # Execute: a claims 10**12 samples, b its own 10
-    mqtt_fleet.on_answer(Topics().results("a"), fit_frame(header_a, start + 1, num_samples=10**12))
-    mqtt_fleet.on_answer(Topics().results("b"), fit_frame(header_b, start + 1, num_samples=10))
+    mqtt_fleet.answers.on_answer(
+        Topics().results("a"), fit_frame(header_a, start + 1, num_samples=10**12)
+    )
+    mqtt_fleet.answers.on_answer(
+        Topics().results("b"), fit_frame(header_b, start + 1, num_samples=10)
+    )
 
     # Assert
     refused = sample_value(
@@ -129,3 +135,48 @@ def test_an_update_claiming_more_samples_than_declared_is_refused_and_fails_its_
     assert "claimed 1000000000000 training samples; it declared 10" in task_a.failure.reason
     assert task_b.failure is None  # accepted, on its way to the journal
     assert task_b.journaling or task_b.result is not None
+
+
+# -- lifecycle: the fleet owns its answer collector's thread ------------------------------
+
+
+def journal_writers() -> int:
+    return sum(t.name == "round-journal" and t.is_alive() for t in threading.enumerate())
+
+
+def test_building_a_fleet_starts_no_thread_and_it_refuses_rounds_until_started(
+    tmp_path: Path,
+) -> None:
+    before = journal_writers()
+
+    mqtt_fleet = fleet(tmp_path, AgentRegistry())
+
+    assert journal_writers() == before
+    with pytest.raises(RuntimeError, match=r"not started; call start\(\) first"):
+        mqtt_fleet.fit(1, [])
+
+
+def test_start_and_close_own_the_journal_writer_thread(tmp_path: Path) -> None:
+    before = journal_writers()
+    mqtt_fleet = fleet(tmp_path, AgentRegistry())
+
+    mqtt_fleet.start()
+    started = journal_writers()
+    with pytest.raises(RuntimeError, match="started already"):
+        mqtt_fleet.start()
+    mqtt_fleet.close()
+
+    assert (started, journal_writers()) == (before + 1, before)
+    with pytest.raises(RuntimeError, match="not started"):
+        mqtt_fleet.fit(1, [])
+
+
+def test_the_fleet_is_a_context_manager_for_its_answers(tmp_path: Path) -> None:
+    before = journal_writers()
+
+    with fleet(tmp_path, AgentRegistry()) as mqtt_fleet:
+        inside = journal_writers()
+        outcome = mqtt_fleet.fit(1, [])  # no task: nothing to wait for
+
+    assert (inside, journal_writers()) == (before + 1, before)
+    assert (outcome.results, outcome.failures) == ((), ())

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from coordinator.engine.rounds import RoundEngine
-from coordinator.strategies.fedavg import GLOBAL, FedAvg
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.keys import GLOBAL
 from faultfleet.tasks import (
     EvaluateOutcome,
     EvaluateTask,

@@ -242,27 +242,7 @@ def test_fraction_below_one_raises() -> None:
     strategy = CFL(fraction=0.5)
 
     # Execute / Assert
-    with pytest.raises(ValueError, match=r"CFL requires fraction = 1\.0"):
-        strategy.initialize(list(GROUPS), factory)
-
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"eps1": -0.1}, "eps1 must be >= 0"),
-        ({"eps2": float("nan")}, "eps2 must be a finite number"),
-        ({"min_rounds": -1}, "min_rounds must be an integer >= 0"),
-        ({"min_cluster_size": 0}, "min_cluster_size must be an integer >= 1"),
-        ({"criterion": "gap"}, "criterion must be one of 'norms', 'similarity', got 'gap'"),
-        ({"cross_share": 1.0}, r"cross_share must be in \(0, 1\), got 1.0"),
-    ],
-)
-def test_bad_hyper_parameters_raise(options: dict[str, float], message: str) -> None:
-    # Prepare
-    strategy = CFL(**options)  # type: ignore[arg-type]
-
-    # Execute / Assert
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match=r"cfl: fraction must be a finite number equal to 1"):
         strategy.initialize(list(GROUPS), factory)
 
 

@@ -12,9 +12,7 @@ from scipy.stats import wilcoxon
 from coordinator.strategies.faacl_support import (
     Cluster,
     Partition,
-    check_real,
     hoeffding_tail,
-    is_int_at_least,
     merge_clusters,
     mutual_pairs,
     pair_partitions,
@@ -327,17 +325,3 @@ def test_settle_without_patience_waits_for_a_quiet_round() -> None:
     partition = Partition(stable=False, changing_rounds=50)
     settle(partition, clusters=2, merged=False, answered=True, changed=True, patience=None)
     assert (partition.stable, partition.changing_rounds) == (False, 51)
-
-
-@pytest.mark.parametrize(
-    ("value", "ok"), [(0.0, True), (0.5, True), (1.0, False), (-0.1, False), (True, False)]
-)
-def test_check_real_closed_and_open_bounds(value: object, ok: bool) -> None:
-    if ok:
-        check_real("x", value, low=0.0, high=1.0, closed=True, hint="h")
-    else:
-        with pytest.raises(ValueError, match=r"x must be a finite number in \[0, 1\)"):
-            check_real("x", value, low=0.0, high=1.0, closed=True, hint="h")
-    assert is_int_at_least(3, 3)
-    assert not is_int_at_least(True, 0)
-    assert not is_int_at_least(2.0, 0)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from coordinator.strategies.fedac import FedAC
-from coordinator.strategies.fedac_centres import cluster_key
+from coordinator.strategies.keys import cluster_key
 from faultfleet.types import FloatArray
 from tests.coordinator.strategies.fedac_helpers import (
     CLIENTS,
@@ -118,8 +118,8 @@ def test_a_cluster_of_two_groups_splits_when_its_gc_is_above_gc_high() -> None:
     models = {**GROUPED, **c_group}
     answer(strategy, 1, models)
     first, second = strategy.cluster_keys()
-    strategy.labels_ = {c: second if c in c_group else first for c in strategy.labels_}
-    strategy._update_centres()
+    strategy.centres_.labels = {c: second if c in c_group else first for c in strategy.labels_}
+    strategy.centres_.update_centres()
 
     answer(strategy, 2, models)  # the E-step keeps the clusters; no tuning yet
     assert groups_of(strategy) == {frozenset(A + B), frozenset(c_group)}

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from coordinator.strategies.aggregate import weighted_average
-from coordinator.strategies.fedavg import GLOBAL, FedAvg
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.keys import GLOBAL
 from coordinator.strategies.robust import (
     DEFAULT_POLICY,
     AggregateReport,

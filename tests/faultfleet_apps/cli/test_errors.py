@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import faultfleet_apps.cli.bench
+import faultfleet_apps.cli.bench_run
 import faultfleet_apps.cli.signals
-import faultfleet_apps.cli.sim
+import faultfleet_apps.cli.sim_run
 from faultfleet_apps.cli.main import INTERNAL_ERROR, INTERRUPTED, USAGE_ERROR, main
 
 SIMULATE = ["signals", "simulate", "--label", "8", "--seconds", "1"]
@@ -114,7 +114,7 @@ def test_an_interrupted_sim_says_how_to_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prepare
-    monkeypatch.setattr(faultfleet_apps.cli.sim, "run_simulation", raising(KeyboardInterrupt()))
+    monkeypatch.setattr(faultfleet_apps.cli.sim_run, "run_simulation", raising(KeyboardInterrupt()))
     out = tmp_path / "run"
     # Execute
     status = main(["sim", "--out", str(out), *QUICK_SIM])
@@ -131,7 +131,7 @@ def test_an_interrupted_sim_says_how_to_resume(
 def test_an_interrupted_bench_says_the_cells_are_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(faultfleet_apps.cli.bench, "run_cells", raising(KeyboardInterrupt()))
+    monkeypatch.setattr(faultfleet_apps.cli.bench_run, "run_cells", raising(KeyboardInterrupt()))
 
     status = main(["bench", "--suite", "tiny", "--out", str(tmp_path), "--jobs", "1"])
 
@@ -284,11 +284,15 @@ def test_a_service_setting_out_of_range_is_a_user_error(
 def test_a_strategy_option_out_of_range_is_a_user_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Execute: the value is checked by the strategy, after the federation is built
+    # Execute: the value is checked against the strategy's table, before anything runs
     option = ["--strategy", "ifca", "--option", "n_clusters=0"]
     status = main(["sim", "--out", str(tmp_path / "run"), *QUICK_SIM, *option])
     # Assert
     assert status == USAGE_ERROR
     err = capsys.readouterr().err.splitlines()
-    assert err[-1] == "faultfleet: error: n_clusters must be an integer >= 1, got 0"
-    assert not any("Traceback" in line for line in err)
+    assert err == [
+        "faultfleet: error: ifca: n_clusters must be an integer >= 1, got 0; n_clusters is "
+        "the number k of cluster models, fixed for the whole run (IFCA Algorithm 1: k is "
+        "needed a priori); use an allowed value, e.g. the default 4"
+    ]
+    assert not (tmp_path / "run").exists()

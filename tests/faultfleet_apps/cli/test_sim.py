@@ -11,8 +11,8 @@ import pytest
 from coordinator.strategies.privacy import privacy_spent
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
-from faultfleet_apps.cli.main import main
-from faultfleet_apps.cli.sim import parse_aggregation, parse_member_round, parse_option
+from faultfleet_apps.cli.main import build_parser, main
+from faultfleet_apps.cli.sim import config_from_args, parse_aggregation, parse_member_round
 
 SMALL = ["--profile", "quick", "--rounds", "2", "--clients-per-group", "1", "--device", "cpu"]
 
@@ -108,22 +108,64 @@ def test_unknown_option_is_a_one_line_error(
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("strategy", "option", "message"),
     [
-        ("n_clusters=6", ("n_clusters", 6)),
-        ("alpha0=-0.1", ("alpha0", -0.1)),
-        ("memory=none", ("memory", None)),
-        ("flag=true", ("flag", True)),
-        ("name=abc", ("name", "abc")),
+        ("ifca", "n_clusters=six", "ifca: n_clusters must be an integer >= 1, got 'six'"),
+        ("ifca", "n_clusters=0", "ifca: n_clusters must be an integer >= 1, got 0"),
+        ("flacc", "next_pair=yes", "flacc: next_pair must be true or false, got 'yes'"),
+        ("flhc", "linkage=median", "flhc: linkage must be one of 'average', 'complete'"),
+        ("flacc", "n_sep=none", "flacc: n_sep must be an integer >= 1, got 'none'"),
     ],
 )
-def test_parse_option(text: str, expected: tuple[str, object]) -> None:
-    assert parse_option(text) == expected
+def test_an_ill_typed_option_stops_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], strategy: str, option: str, message: str
+) -> None:
+    out = tmp_path / "run"
+    args = ["sim", "--strategy", strategy, "--option", option, "--out", str(out), *SMALL]
+
+    assert main(args) == 2
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"faultfleet: error: {message}")
+    assert "e.g. the default" in err[0]
+    assert not out.exists()
 
 
-def test_parse_option_rejects_text_without_equals() -> None:
-    with pytest.raises(ValueError, match="expected KEY=VALUE"):
-        parse_option("n_clusters")
+def test_options_are_typed_by_the_strategys_table() -> None:
+    options = ["memory=none", "n_sep=3", "next_pair=true", "alpha0=0.1"]
+    given = [word for option in options for word in ("--option", option)]
+    args = build_parser().parse_args(["sim", "--strategy", "flacc", "--out", "x", *given])
+
+    config = config_from_args(args)
+
+    assert config.strategy_options == {
+        "n_sep": 3,
+        "memory": None,
+        "next_pair": True,
+        "alpha0": 0.1,
+    }
+    assert isinstance(config.strategy_options["n_sep"], int)
+
+
+def test_list_options_prints_the_table_without_running(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["sim", "--list-options", "flacc"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("options of flacc")
+    assert lines[1].split()[:3] == ["option", "allowed", "default"]
+    names = [line.split()[0] for line in lines[2:]]
+    assert names == ["fraction", "alpha0", "memory", "n_merge", "n_sep", "next_pair"]
+    memory = lines[2 + names.index("memory")]
+    assert "an integer >= 0 or none (T = ∞, never forget)" in memory
+    assert "FLACC eq. 18; 10 in §VI" in memory
+
+
+def test_list_options_refuses_an_unknown_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--list-options", "kmeans"]) == 2
+    assert "invalid choice: 'kmeans'" in capsys.readouterr().err
 
 
 def test_machines_join_and_leave_from_the_command_line(

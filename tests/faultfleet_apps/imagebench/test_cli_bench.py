@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faultfleet_apps.cli.bench import _with_model
+from faultfleet_apps.cli.bench import with_model
 from faultfleet_apps.cli.main import main
 from faultfleet_apps.imagebench.suites import get_suite
 
@@ -150,8 +150,8 @@ def test_a_model_that_cannot_take_the_images_is_a_one_line_error(
 
 def test_another_model_is_named_beside_the_papers_numbers() -> None:
     faacl = get_suite("faacl")
-    assert _with_model(faacl, None) is faacl
-    retrained = _with_model(faacl, "flacc-cnn2d")
+    assert with_model(faacl, None) is faacl
+    retrained = with_model(faacl, "flacc-cnn2d")
     for before, after in zip(faacl.scenarios, retrained.scenarios, strict=True):
         assert after.model == "flacc-cnn2d"
         assert after.paper == before.paper
@@ -159,5 +159,5 @@ def test_another_model_is_named_beside_the_papers_numbers() -> None:
             f"{before.paper_source} (these cells trained flacc-cnn2d, not the scenario's "
             f"{before.model})"
         )
-    same = _with_model(faacl, faacl.scenarios[0].model).scenarios[0]
+    same = with_model(faacl, faacl.scenarios[0].model).scenarios[0]
     assert same.paper_source == faacl.scenarios[0].paper_source

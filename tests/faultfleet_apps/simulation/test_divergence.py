@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from coordinator.engine.rounds import RoundEngine
-from coordinator.strategies.fedavg import GLOBAL, FedAvg
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.keys import GLOBAL
 from faultfleet.models.zoo import build_model, model_factory
 from faultfleet.tasks import Failure, FitResult, FitTask
 from faultfleet_apps.simulation.fleet import InProcessFleet

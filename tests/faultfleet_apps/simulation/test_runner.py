@@ -151,7 +151,7 @@ def test_profiles_apply_overrides_and_strategy_options() -> None:
     ("field", "value", "message"),
     [
         ("rounds", 0, "rounds must be >= 1"),
-        ("fraction", 1.5, "fraction must be in"),
+        ("fraction", 1.5, r"sim: fraction must be a finite number in \(0, 1\], got 1.5"),
         ("scenario", "rotated", "unknown scenario 'rotated'"),
         ("device", "tpu", "device must be"),
     ],
