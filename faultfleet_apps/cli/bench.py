@@ -9,6 +9,7 @@ per-scenario plots (:mod:`faultfleet_apps.imagebench.report`). Suites and their 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import replace
@@ -17,13 +18,14 @@ from typing import Any
 
 from faultfleet.models.zoo import MODEL_NAMES
 from faultfleet_apps.cli.arguments import POSITIVE, SEED
-from faultfleet_apps.imagebench.bench import default_jobs, run_cells
+from faultfleet_apps.imagebench.bench import run_cells
 from faultfleet_apps.imagebench.cells import Cell, check_cells, plan_cells
 from faultfleet_apps.imagebench.datasets import DATASET_NAMES
 from faultfleet_apps.imagebench.report import draw, group_documents, write_csv, write_markdown
 from faultfleet_apps.imagebench.suites import SUITES, BenchScenario, Suite, get_suite
 from faultfleet_apps.plotting import require_pyplot
 from faultfleet_apps.simulation.table import Document
+from faultfleet_apps.thread_policy import requested_threads, usable_cores, worker_plan
 
 
 def add_bench_command(commands: Any) -> None:
@@ -68,7 +70,10 @@ def add_bench_command(commands: Any) -> None:
         "paper CNN is flacc-cnn2d, meant for a GPU)",
     )
     bench.add_argument(
-        "--threads", type=POSITIVE, default=1, help="torch threads per worker process (default 1)"
+        "--threads",
+        type=POSITIVE,
+        help="torch threads per worker process (default: the cores shared among --jobs, "
+        "1 when --jobs is not given)",
     )
     bench.add_argument(
         "--jobs",
@@ -122,6 +127,8 @@ def _progress(cell: Cell, document: Document, done: int, total: int) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     """Handler of ``faultfleet bench``."""
     suite = _with_model(_with_rounds(get_suite(args.suite), args.rounds), args.model)
+    threads_asked = requested_threads(args.threads, os.environ)
+    jobs, threads = worker_plan(cores=usable_cores(), jobs=args.jobs, threads=threads_asked)
     cells = plan_cells(
         suite,
         out=args.out,
@@ -130,11 +137,10 @@ def run_bench(args: argparse.Namespace) -> int:
         scenarios=_unique(args.scenarios),
         dataset=args.dataset,
         data_dir=args.data_dir,
-        threads=args.threads,
+        threads=threads,
     )
     check_cells(cells)
     require_pyplot()  # the run ends in figures: no matplotlib, no run
-    jobs = args.jobs or default_jobs(args.threads)
     print(
         f"suite {suite.name}: {len(cells)} cells "
         f"({len({c.scenario.name for c in cells})} scenarios), "
