@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from coordinator.engine.state import has_state
@@ -45,6 +44,8 @@ from faultfleet_apps.simulation.runner import (
     build_federation,
     run_simulation,
 )
+from faultfleet_apps.simulation.training_path import TRAINING_PATHS
+from faultfleet_apps.thread_policy import apply_thread_policy
 from signal_pipeline.federation import Federation
 
 
@@ -115,7 +116,18 @@ def add_sim_command(commands: Any) -> None:
         choices=("auto", "cpu", "cuda"),
         help="where to train: auto (default: a GPU when torch sees one), cpu or cuda",
     )
-    sim.add_argument("--threads", type=POSITIVE, help="CPU threads for torch (default: torch's)")
+    sim.add_argument(
+        "--training-path",
+        choices=TRAINING_PATHS,
+        help="how the simulated clients train: batched (vectorised), sequential, or auto "
+        "(default: the faster for the model and device; docs/simulator.md)",
+    )
+    sim.add_argument(
+        "--threads",
+        type=POSITIVE,
+        help="CPU threads for torch (default: OMP_NUM_THREADS, else the cores this process "
+        "may use; docs/simulator.md)",
+    )
     sim.add_argument(
         "--join",
         nargs="+",
@@ -201,6 +213,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         snr_db=args.snr_db,
         eval_every=args.eval_every,
         device=args.device,
+        training_path=args.training_path,
         train=train,
         strategy_options=dict(parse_option(o) for o in args.option),
         joins=tuple(parse_member_round(j, "--join") for j in args.join) or None,
@@ -270,8 +283,7 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
 
 def run_sim(args: argparse.Namespace) -> int:
     """Handler of ``sim``."""
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    apply_thread_policy(args.threads)
     config = config_from_args(args)
     require_pyplot()  # the run ends in figures: no matplotlib, no run
     compare = args.compare or ("none" if config.strategy == "fedavg" else "fedavg")

@@ -15,6 +15,7 @@ from typing import Any
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.membership import Schedule, check_schedule
+from faultfleet_apps.simulation.training_path import TRAINING_PATHS
 
 SCENARIOS = ("mixed-fault", "quality-skew", "quantity-skew", "overlapping-labels")
 """Federations ``faultfleet sim --scenario`` can build (docs/simulator.md describes them)."""
@@ -43,6 +44,10 @@ class SimConfig:
     eval_every: int = 1
     """Evaluate every client on its test split after every ``eval_every`` rounds (and last)."""
     device: str = "auto"
+    training_path: str = "auto"
+    """``batched``, ``sequential`` or ``auto`` (the faster one for the model and device):
+    how the in-process fleet computes a round
+    (:mod:`faultfleet_apps.simulation.training_path`); answers agree to float rounding."""
     joins: Schedule = ()
     """(client id, round): the machine joins before that round and is no member before it
     (:mod:`faultfleet_apps.simulation.membership`; FAACL and FedAvg only)."""
@@ -64,6 +69,11 @@ class SimConfig:
             raise UsageError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.training_path not in TRAINING_PATHS:
+            raise UsageError(
+                f"training_path must be one of {', '.join(TRAINING_PATHS)}, got "
+                f"{self.training_path!r}"
+            )
         check_schedule(self.joins, self.leaves, self.rounds)
         # one order for one schedule, so the same run given in another order still resumes
         for name in ("joins", "leaves"):
@@ -73,11 +83,14 @@ class SimConfig:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy (tuples become lists); :meth:`from_json` reads it back.
 
-        An empty ``joins`` or ``leaves`` is left out, so the document of a run without
-        membership changes is the one written before schedules existed (checkpoints and
-        results written then still match their settings).
+        An empty ``joins`` or ``leaves`` is left out, and so is ``training_path`` when it is
+        ``auto``, so the document of a run without membership changes or a forced path is
+        the one written before they existed (checkpoints and results written then still
+        match their settings).
         """
         data = asdict(self)
+        if data["training_path"] == "auto":
+            del data["training_path"]
         data["windows_per_client"] = list(self.windows_per_client)
         for name in ("joins", "leaves"):
             entries: Schedule = data.pop(name)

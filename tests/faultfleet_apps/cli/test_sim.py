@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from faultfleet_apps.cli.main import main
 from faultfleet_apps.cli.sim import parse_member_round, parse_option
@@ -130,3 +132,23 @@ def test_a_bad_join_round_is_a_one_line_error(
     assert main(args) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "joins: 'm05' at round 9 is out of range; the round must be in [2, 2]" in error
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_sim_applies_the_thread_policy_and_the_training_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the policy's explicit request
+    torch.set_num_threads(2)
+    args = ["sim", "--strategy", "fedavg", "--training-path", "sequential", *SMALL]
+    assert main([*args, "--rounds", "1", "--out", str(tmp_path)]) == 0
+    assert torch.get_num_threads() == 1
+    document = json.loads((tmp_path / "results.json").read_text())
+    assert document["config"]["training_path"] == "sequential"
