@@ -35,9 +35,10 @@ from contextlib import AbstractContextManager
 from edge_agent.activity import Activity
 from edge_agent.batching import select_device
 from edge_agent.diagnosis_log import DiagnosisLog
-from edge_agent.inference import LoadedModel, ModelStore, OnnxDiagnoser
+from edge_agent.inference import LoadedModel, OnnxDiagnoser
 from edge_agent.metrics import AgentMetrics
 from edge_agent.model_intake import ModelIntake, ModelRejectReason
+from edge_agent.model_store import ModelStore
 from edge_agent.model_updates import ModelUpdates
 from edge_agent.settings import AgentSettings
 from edge_agent.sources import Window, WindowSource
