@@ -120,13 +120,13 @@ def add_sim_command(commands: Any) -> None:
         "--training-path",
         choices=TRAINING_PATHS,
         help="how the simulated clients train: batched (vectorised), sequential, or auto "
-        "(default: the faster for the model and device; docs/simulator.md)",
+        "(default: the faster for the model and device; docs/federated.md)",
     )
     sim.add_argument(
         "--threads",
         type=POSITIVE,
         help="CPU threads for torch (default: OMP_NUM_THREADS, else the cores this process "
-        "may use; docs/simulator.md)",
+        "may use; docs/federated.md)",
     )
     sim.add_argument(
         "--join",
