@@ -134,9 +134,13 @@ def run_child(name: str, python: str, data: Path, threads: int | None, log: Path
     command += ["--started", repr(time.time())]
     if threads is not None:
         command += ["--threads", str(threads)]
+    # The checkout first (the Flower interpreter may see faultfleet installed elsewhere), and
+    # passive OpenMP waiting for every runner, as the faultfleet command line sets it
+    # (faultfleet_apps/cli/__init__.py): spinning threads stall on a busy machine.
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
     }
     began = time.perf_counter()
     with log.open("ab") as output:

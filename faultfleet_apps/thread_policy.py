@@ -23,6 +23,10 @@ What counts as a worker:
   agents of a process take turns at the compute (:mod:`edge_agent.compute_turns`); a host
   that runs several agent processes says so with ``--threads`` (``faultfleet demo`` does).
 
+Threads beyond the first only pay if they do not spin while a busy machine has
+descheduled their partner: the command line sets ``OMP_WAIT_POLICY=PASSIVE`` before torch
+loads OpenMP (:mod:`faultfleet_apps.cli`, where the measurement is).
+
 The decision is the pure :func:`torch_threads`; :func:`apply_thread_policy` reads the cores
 and the environment, decides and sets torch's pool.
 """
