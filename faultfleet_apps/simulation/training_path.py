@@ -16,16 +16,21 @@ which one is faster depends on the model and the device:
 
 Measured with ``benchmarks/bench_round_training.py`` (one round of 12 clients, 3,715
 windows of (1, 1024), E = 5, B = 32, Adam 5e-4; median of 3 runs; throughput ratio
-batched / sequential, above 1 means batched is faster):
+batched / sequential, above 1 when batched is faster), on the 2-core development machine
+unless said otherwise:
 
-========================  ==========  =================  =================
-model                     parameters  CPU, 2 threads      CPU, 1 thread
-========================  ==========  =================  =================
-``compact``                   60,432  see PARAMETERS     see PARAMETERS
-========================  ==========  =================  =================
+==========  ==========  ===========================================================
+model       parameters  batched / sequential on the CPU
+==========  ==========  ===========================================================
+compact         60,432  1.92x and 1.95x (2 threads, idle), 1.72x (1 thread, idle),
+                        1.70x (1 thread, CPU seconds, on a machine loaded ~6x over)
+paper        4,409,036  0.70x (2 threads, ``--clients 4 --repeats 1``), 0.52x (16
+                        threads, H100 host)
+==========  ==========  ===========================================================
 
-so the CPU threshold :data:`BATCHED_CPU_MAX_PARAMETERS` sits between the largest model
-measured faster batched and the smallest measured slower. ``faultfleet sim
+So the CPU threshold :data:`BATCHED_CPU_MAX_PARAMETERS` lies between the two models
+measured; a zoo model between them (``mlp-faacl-512``: 530,956; ``cnn-jgl``: 1,199,882) is
+placed by its size alone and may sit on its slower side. ``faultfleet sim
 --training-path batched|sequential`` overrides the choice.
 """
 
