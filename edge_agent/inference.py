@@ -4,26 +4,24 @@ The coordinator publishes each cluster's model as ONNX bytes with their SHA-256 
 :mod:`coordinator.adapters.onnx_export`). :class:`OnnxDiagnoser` checks the digest, builds an ONNX
 Runtime session, checks the graph's input and outputs and runs one warm-up window before the
 new model replaces the active one, so a bad payload never interrupts diagnosis.
-:class:`ModelStore` keeps the active model on disk so that a restarted agent diagnoses at once,
-before the broker delivers the retained model again.
+:class:`~edge_agent.model_store.ModelStore` keeps the active model on disk so that a restarted
+agent diagnoses at once, before the broker delivers the retained model again.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from faultfleet.errors import FaultfleetError, UsageError
-from faultfleet.files import atomic_write
 from faultfleet.types import FloatArray, IntArray
 
 logger = logging.getLogger(__name__)
@@ -32,16 +30,6 @@ INPUT_NAME = "window"
 PROBABILITIES_OUTPUT = "probabilities"
 _CPU = "CPUExecutionProvider"
 _CUDA = "CUDAExecutionProvider"
-_METADATA_TYPES: dict[str, type] = {
-    "version": int,
-    "cluster_id": str,
-    "sha256": str,
-    "input_shape": list,
-    "n_classes": int,
-    "class_names": list,
-}
-_OPTIONAL_METADATA = frozenset({"class_names"})
-"""Keys a ``model.json`` written before they existed may lack."""
 
 _Session = Any
 """An ``onnxruntime.InferenceSession``; onnxruntime ships no type information."""
@@ -86,6 +74,11 @@ class LoadedModel:
     def names(self) -> tuple[str, ...]:
         """One name per output class: the announced names, or ``class <i>`` when they are
         missing or do not fit the model's width."""
+        return self._names
+
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        """:meth:`names`, worked out once (the agent asks for every window)."""
         if len(self.class_names) == self.n_classes:
             return self.class_names
         return tuple(f"class {i}" for i in range(self.n_classes))
@@ -114,6 +107,56 @@ def default_providers() -> tuple[str, ...]:
     """CUDA then CPU where this onnxruntime build offers CUDA, otherwise CPU alone."""
     available = ort.get_available_providers()
     return (_CUDA, _CPU) if _CUDA in available else (_CPU,)
+
+
+class _Runner:
+    """A loaded model's session with pre-allocated single-window buffers bound to it.
+
+    An agent diagnoses one window at a time. :meth:`predict_one` copies the window into a
+    buffer bound to the session's input and runs the session into a buffer bound to its
+    output (ONNX Runtime IO binding), so no feed dictionary, input tensor or output array
+    is built per call; only the returned ``(1, n_classes)`` probabilities are copied out,
+    because the buffer is overwritten by the next window. A call that finds the buffers
+    in use by another thread runs through plain ``session.run`` rather than wait.
+    """
+
+    def __init__(self, session: _Session, model: LoadedModel) -> None:
+        self.session = session
+        self.model = model
+        self.window = np.zeros((1, *model.input_shape), dtype=np.float32)
+        self.probabilities = np.zeros((1, model.n_classes), dtype=np.float32)
+        # The OrtValues share the buffers' memory; kept here so they live as long as the
+        # binding that holds them.
+        self._values = (
+            ort.OrtValue.ortvalue_from_numpy(self.window),
+            ort.OrtValue.ortvalue_from_numpy(self.probabilities),
+        )
+        self._binding = session.io_binding()
+        self._binding.bind_ortvalue_input(INPUT_NAME, self._values[0])
+        self._binding.bind_ortvalue_output(PROBABILITIES_OUTPUT, self._values[1])
+        self._busy = threading.Lock()
+
+    def predict_one(self, window: FloatArray) -> Prediction:
+        """Diagnose one window, of shape ``input_shape`` or ``(1, *input_shape)``."""
+        if not self._busy.acquire(blocking=False):
+            return self.predict_batch(np.ascontiguousarray(window, dtype=np.float32))
+        try:
+            np.copyto(self.window, window, casting="unsafe")
+            self.session.run_with_iobinding(self._binding)
+            probabilities = self.probabilities.copy()
+        finally:
+            self._busy.release()
+        class_ids = probabilities.argmax(axis=1).astype(np.int64, copy=False)
+        return Prediction(class_ids=class_ids, probabilities=probabilities, model=self.model)
+
+    def predict_batch(self, batch: FloatArray) -> Prediction:
+        """Diagnose a checked float32 batch of shape (n, *input_shape) (or one window)."""
+        if batch.ndim == len(self.model.input_shape):
+            batch = batch[np.newaxis]
+        (probabilities,) = self.session.run([PROBABILITIES_OUTPUT], {INPUT_NAME: batch})
+        probabilities = np.asarray(probabilities, dtype=np.float32)
+        class_ids = np.argmax(probabilities, axis=1).astype(np.int64)
+        return Prediction(class_ids=class_ids, probabilities=probabilities, model=self.model)
 
 
 class OnnxDiagnoser:
@@ -164,7 +207,7 @@ class OnnxDiagnoser:
         self.sample_shape = shape
         self.intra_op_threads = intra_op_threads
         self.providers = chosen
-        self._current: tuple[_Session, LoadedModel] | None = None
+        self._current: _Runner | None = None
         self._swap_lock = threading.Lock()
         self._load_lock = threading.Lock()
 
@@ -172,7 +215,7 @@ class OnnxDiagnoser:
     def active(self) -> LoadedModel | None:
         """Metadata of the model :meth:`predict` uses now, or None before the first load."""
         with self._swap_lock:
-            return None if self._current is None else self._current[1]
+            return None if self._current is None else self._current.model
 
     def load(
         self,
@@ -227,8 +270,9 @@ class OnnxDiagnoser:
             loaded = LoadedModel(
                 version, cluster_id, actual, self.sample_shape, n_classes, tuple(class_names)
             )
+            runner = _Runner(session, loaded)
             with self._swap_lock:
-                self._current = (session, loaded)
+                self._current = runner
         logger.info(
             "diagnosing with model v%d of cluster %s (sha256 %s, providers %s)",
             version,
@@ -258,6 +302,11 @@ class OnnxDiagnoser:
         NoModelError
             Before the first successful :meth:`load`.
         """
+        with self._swap_lock:
+            runner = self._current
+        single = (self.sample_shape, runner.window.shape) if runner is not None else ()
+        if runner is not None and isinstance(windows, np.ndarray) and windows.shape in single:
+            return runner.predict_one(windows)  # one window: the agent's live path
         batch = np.ascontiguousarray(windows, dtype=np.float32)
         if batch.shape == self.sample_shape:
             batch = batch[np.newaxis]
@@ -269,15 +318,9 @@ class OnnxDiagnoser:
             )
         if batch.shape[0] == 0:
             raise ValueError("windows hold no window (shape starts with 0); pass at least one")
-        with self._swap_lock:
-            current = self._current
-        if current is None:
+        if runner is None:
             raise NoModelError("no model loaded yet; call load() before predict()")
-        session, model = current
-        (probabilities,) = session.run([PROBABILITIES_OUTPUT], {INPUT_NAME: batch})
-        probabilities = np.asarray(probabilities, dtype=np.float32)
-        class_ids = np.argmax(probabilities, axis=1).astype(np.int64)
-        return Prediction(class_ids=class_ids, probabilities=probabilities, model=model)
+        return runner.predict_batch(batch)
 
     def _session(self, onnx_bytes: bytes, version: int) -> _Session:
         options = ort.SessionOptions()
@@ -327,98 +370,3 @@ class OnnxDiagnoser:
                 "window; expected (1, n_classes) with n_classes ≥ 2"
             )
         return int(probabilities.shape[1])
-
-
-class ModelStore:
-    """The active model on disk: ``model.onnx`` (bytes) and ``model.json`` (metadata).
-
-    Parameters
-    ----------
-    directory : Path
-        Folder of the two files; created on the first :meth:`save`.
-
-    Notes
-    -----
-    Each file is replaced atomically, the bytes first and the metadata second, so
-    ``model.json`` commits a save. A crash between the two writes leaves metadata whose
-    digest does not match the bytes, which :meth:`load` reports as
-    :class:`ModelIntegrityError`; the agent then starts without a stored model.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = Path(directory)
-        self.onnx_path = self.directory / "model.onnx"
-        self.metadata_path = self.directory / "model.json"
-
-    def save(self, onnx_bytes: bytes, model: LoadedModel) -> None:
-        """Persist ``onnx_bytes`` as the active model described by ``model``.
-
-        Raises
-        ------
-        ModelIntegrityError
-            If the bytes' SHA-256 differs from ``model.sha256``.
-        """
-        actual = hashlib.sha256(onnx_bytes).hexdigest()
-        if actual != model.sha256:
-            raise ModelIntegrityError(
-                f"refusing to store model v{model.version}: SHA-256 of the bytes is {actual}, "
-                f"metadata says {model.sha256}; pass the bytes that were loaded"
-            )
-        metadata = json.dumps({**asdict(model), "input_shape": list(model.input_shape)})
-        atomic_write(self.onnx_path, lambda handle: handle.write(onnx_bytes))
-        atomic_write(self.metadata_path, lambda handle: handle.write(metadata.encode()))
-
-    def load(self) -> tuple[bytes, LoadedModel] | None:
-        """The stored model, or None when nothing was saved.
-
-        Raises
-        ------
-        ModelIntegrityError
-            If the files are unreadable, malformed or their digests disagree; the message
-            names the files to delete.
-        """
-        if not self.metadata_path.exists():
-            return None
-        try:
-            model = _model_from_json(json.loads(self.metadata_path.read_text()))
-            onnx_bytes = self.onnx_path.read_bytes()
-        except (OSError, ValueError) as error:
-            raise self._corrupt(f"{type(error).__name__}: {error}") from error
-        actual = hashlib.sha256(onnx_bytes).hexdigest()
-        if actual != model.sha256:
-            raise self._corrupt(
-                f"SHA-256 of {self.onnx_path} is {actual}, {self.metadata_path} says {model.sha256}"
-            )
-        return onnx_bytes, model
-
-    def clear(self) -> None:
-        """Delete the stored model (both files), e.g. after :meth:`load` reported corruption."""
-        self.metadata_path.unlink(missing_ok=True)
-        self.onnx_path.unlink(missing_ok=True)
-
-    def _corrupt(self, reason: str) -> ModelIntegrityError:
-        return ModelIntegrityError(
-            f"stored model in {self.directory} is corrupt ({reason}); delete "
-            f"{self.metadata_path} and {self.onnx_path} (ModelStore.clear() does) to start "
-            "without a stored model"
-        )
-
-
-def _model_from_json(data: Any) -> LoadedModel:
-    """Rebuild :class:`LoadedModel` from its JSON form; ValueError if malformed."""
-    required = set(_METADATA_TYPES) - _OPTIONAL_METADATA
-    if not isinstance(data, dict) or not required <= set(data) <= set(_METADATA_TYPES):
-        raise ValueError(f"expected exactly the keys {sorted(_METADATA_TYPES)}, not {data!r:.200}")
-    data = {"class_names": [], **data}
-    wrong = [key for key, kind in _METADATA_TYPES.items() if not isinstance(data[key], kind)]
-    if wrong or not all(isinstance(n, int) for n in data["input_shape"]):
-        raise ValueError(f"fields {wrong or ['input_shape']} have the wrong type in {data!r:.200}")
-    if not all(isinstance(name, str) for name in data["class_names"]):
-        raise ValueError(f"class_names must be strings in {data!r:.200}")
-    return LoadedModel(
-        **{
-            **data,
-            "input_shape": tuple(data["input_shape"]),
-            "class_names": tuple(data["class_names"]),
-        }
-    )

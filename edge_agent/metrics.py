@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -169,6 +170,8 @@ class AgentMetrics:
         for incoming_reason in IncomingRefusal:
             self.incoming_files_refused.labels(reason=incoming_reason.value)
         self._class_names: tuple[str, ...] = ()
+        self._diagnosis_counters: dict[str, Counter] = {}
+        """``diagnoses`` labelled with each class name, looked up once."""
         self._add_alarm_metrics(reg)
         self.set_class_names(class_names)
 
@@ -215,7 +218,11 @@ class AgentMetrics:
             "Probability (0 to 1) of its class a window needs to extend that class's streak.",
             registry=reg,
         )
-        self._streak_names: set[str] = set()
+        # Labelled children looked up once: the diagnosis path runs for every window.
+        self._streak_gauges: dict[str, Gauge] = {}
+        self._streak_class: str | None = None
+        """The class whose streak gauge is not 0 (None: every gauge reads 0)."""
+        self._streak_lock = threading.Lock()
         self.build_info = register_standard_metrics(reg)
 
     @property
@@ -232,10 +239,11 @@ class AgentMetrics:
         if len(set(names)) != len(names) or not all(names):
             raise ValueError(f"class names {list(names)} must be non-empty and distinct")
         for name in names:
-            self.diagnoses.labels(class_name=name)
-            if name not in self._streak_names:
-                self.diagnosis_streak_windows.labels(class_name=name).set(0)
-                self._streak_names.add(name)
+            self._diagnosis_counters[name] = self.diagnoses.labels(class_name=name)
+            if name not in self._streak_gauges:
+                gauge = self.diagnosis_streak_windows.labels(class_name=name)
+                gauge.set(0)
+                self._streak_gauges[name] = gauge
         self._class_names = names
 
     def observe_diagnoses(self, class_ids: Sequence[int], latency_s: float) -> None:
@@ -264,7 +272,7 @@ class AgentMetrics:
                 )
             names.append(self._class_names[class_id])
         for name in names:
-            self.diagnoses.labels(class_name=name).inc()
+            self._diagnosis_counters[name].inc()
         self.windows_processed.inc(len(names))
         self.inference_latency_seconds.observe(latency_s)
 
@@ -308,15 +316,17 @@ class AgentMetrics:
         """
         if windows < 0 or (class_name is None and windows != 0):
             raise ValueError(f"streak of {windows} windows of {class_name!r} is not a streak")
-        if class_name is not None and class_name not in self._streak_names:
+        if class_name is not None and class_name not in self._streak_gauges:
             raise ValueError(
                 f"class {class_name!r} is not one of the model's classes "
-                f"{sorted(self._streak_names)}; call set_class_names first"
+                f"{sorted(self._streak_gauges)}; call set_class_names first"
             )
-        for name in self._streak_names:
-            self.diagnosis_streak_windows.labels(class_name=name).set(
-                windows if name == class_name else 0
-            )
+        with self._streak_lock:  # only the gauges that change: two at most
+            previous, self._streak_class = self._streak_class, class_name
+            if previous is not None and previous != class_name:
+                self._streak_gauges[previous].set(0)
+            if class_name is not None:
+                self._streak_gauges[class_name].set(windows)
 
     def set_streak_min_probability(self, probability: float) -> None:
         """Report the probability a window needs to extend its class's streak (0 to 1)."""

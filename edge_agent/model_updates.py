@@ -19,9 +19,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from edge_agent.inference import LoadedModel, ModelIntegrityError, ModelStore, OnnxDiagnoser
+from edge_agent.inference import LoadedModel, ModelIntegrityError, OnnxDiagnoser
 from edge_agent.metrics import AgentMetrics
 from edge_agent.model_intake import ModelIntake, ModelRefusedError, ModelRejectReason
+from edge_agent.model_store import ModelStore
 from faultfleet.files import atomic_write
 from faultfleet.wire.messages import ClusterAssignment, ModelAnnouncement
 from faultfleet.wire.mqtt import MqttConnection

@@ -48,10 +48,11 @@ from edge_agent.activity import Activity
 from edge_agent.batching import select_device
 from edge_agent.diagnosis_delivery import DiagnosisDelivery
 from edge_agent.diagnosis_log import DiagnosisLog
-from edge_agent.inference import LoadedModel, ModelStore, OnnxDiagnoser
+from edge_agent.inference import LoadedModel, OnnxDiagnoser
 from edge_agent.labelled_data import LabelledData
 from edge_agent.metrics import AgentMetrics
 from edge_agent.model_intake import ModelIntake, ModelRejectReason
+from edge_agent.model_store import ModelStore
 from edge_agent.model_updates import ModelUpdates
 from edge_agent.outbox import DiagnosisOutbox
 from edge_agent.settings import AgentSettings

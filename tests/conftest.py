@@ -31,7 +31,10 @@ from faultfleet.wire.settings import BrokerSettings
 from faultfleet_apps.brokers.launch import RunningBroker, find_mosquitto, start_broker
 
 # One torch thread: test models are tiny, and spinning worker threads only slow the suite
-# down when another process shares the machine's cores.
+# down when another process shares the machine's cores. The environment variable is the
+# request the commands' thread policy honours (faultfleet_apps.thread_policy), so a command
+# run in a test, or a process a test starts, keeps to one thread too.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 settings.register_profile(

@@ -63,7 +63,10 @@ def add_bench_command(commands: Any) -> None:
         "paper CNN is flacc-cnn2d, meant for a GPU)",
     )
     bench.add_argument(
-        "--threads", type=POSITIVE, default=1, help="torch threads per worker process (default 1)"
+        "--threads",
+        type=POSITIVE,
+        help="torch threads per worker process (default: the cores shared among --jobs, "
+        "1 when --jobs is not given)",
     )
     bench.add_argument(
         "--jobs",

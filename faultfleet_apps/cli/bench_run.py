@@ -6,16 +6,18 @@ Imported only when ``bench`` runs: it loads the simulator and the image benchmar
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from faultfleet_apps.cli.bench import unique, with_model, with_rounds
-from faultfleet_apps.imagebench.bench import default_jobs, run_cells
+from faultfleet_apps.imagebench.bench import run_cells
 from faultfleet_apps.imagebench.cells import Cell, check_cells, plan_cells
 from faultfleet_apps.imagebench.report import draw, group_documents, write_csv, write_markdown
 from faultfleet_apps.imagebench.suites import get_suite
 from faultfleet_apps.plotting import require_pyplot
 from faultfleet_apps.simulation.table import Document
+from faultfleet_apps.thread_policy import requested_threads, usable_cores, worker_plan
 
 
 def _progress(cell: Cell, document: Document, done: int, total: int) -> None:
@@ -32,6 +34,8 @@ def _progress(cell: Cell, document: Document, done: int, total: int) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     """Handler of ``faultfleet bench``."""
     suite = with_model(with_rounds(get_suite(args.suite), args.rounds), args.model)
+    threads_asked = requested_threads(args.threads, os.environ)
+    jobs, threads = worker_plan(cores=usable_cores(), jobs=args.jobs, threads=threads_asked)
     cells = plan_cells(
         suite,
         out=args.out,
@@ -40,11 +44,10 @@ def run_bench(args: argparse.Namespace) -> int:
         scenarios=unique(args.scenarios),
         dataset=args.dataset,
         data_dir=args.data_dir,
-        threads=args.threads,
+        threads=threads,
     )
     check_cells(cells)
     require_pyplot()  # the run ends in figures: no matplotlib, no run
-    jobs = args.jobs or default_jobs(args.threads)
     print(
         f"suite {suite.name}: {len(cells)} cells "
         f"({len({c.scenario.name for c in cells})} scenarios), "

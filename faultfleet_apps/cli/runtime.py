@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings
@@ -34,6 +32,8 @@ from edge_agent.sources import LiveSensorSource, RecordingFolderSource, Simulate
 from faultfleet.errors import UsageError
 from faultfleet.metrics_http import serve_metrics
 from faultfleet.wire.settings import load_settings
+from faultfleet_apps.cli.arguments import POSITIVE
+from faultfleet_apps.thread_policy import apply_thread_policy
 from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,15 @@ def add_runtime_commands(commands: Any) -> None:
         help=(
             "lab use: run one agent per simulated machine FIRST..LAST in this process; agent "
             "ids are agent_id followed by the two-digit machine index"
+        ),
+    )
+    agent.add_argument(
+        "--threads",
+        type=POSITIVE,
+        help=(
+            "torch threads for training, shared by the agents of this process, which train "
+            "one at a time (default: OMP_NUM_THREADS, else the cores this process may use; "
+            "give each agent process its share when a host runs several)"
         ),
     )
     agent.add_argument(
@@ -226,8 +235,7 @@ def run_agent(args: argparse.Namespace) -> int:
             for index in machines
         ]
     )
-    if machines is not None:
-        torch.set_num_threads(1)
+    apply_thread_policy(args.threads)
     compute_lock = ComputeTurns()
     metrics = AgentMetrics()
     sources = [

@@ -40,6 +40,7 @@ from faultfleet_apps.cli.arguments import (
 )
 from faultfleet_apps.cli.lazy import lazy_handler
 from faultfleet_apps.simulation.config import PROFILES, SCENARIOS, SimConfig, profile
+from faultfleet_apps.simulation.training_path import TRAINING_PATHS
 
 
 class ListOptions(argparse.Action):
@@ -149,7 +150,18 @@ def add_sim_command(commands: Any) -> None:
         choices=("auto", "cpu", "cuda"),
         help="where to train: auto (default: a GPU when torch sees one), cpu or cuda",
     )
-    sim.add_argument("--threads", type=POSITIVE, help="CPU threads for torch (default: torch's)")
+    sim.add_argument(
+        "--training-path",
+        choices=TRAINING_PATHS,
+        help="how the simulated clients train: batched (vectorised), sequential, or auto "
+        "(default: the faster for the model and device; docs/federated.md)",
+    )
+    sim.add_argument(
+        "--threads",
+        type=POSITIVE,
+        help="CPU threads for torch (default: OMP_NUM_THREADS, else the cores this process "
+        "may use; docs/federated.md)",
+    )
     sim.add_argument(
         "--join",
         nargs="+",
@@ -216,6 +228,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         machine_spread=args.machine_spread,
         eval_every=args.eval_every,
         device=args.device,
+        training_path=args.training_path,
         train=train,
         strategy_options=parse_options(args.strategy, args.option),
         joins=tuple(parse_member_round(j, "--join") for j in args.join) or None,

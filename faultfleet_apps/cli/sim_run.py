@@ -12,8 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from coordinator.engine.state import has_state
 from faultfleet.errors import UsageError
 from faultfleet.files import atomic_write
@@ -33,6 +31,7 @@ from faultfleet_apps.simulation.runner import (
     machine_count,
     run_simulation,
 )
+from faultfleet_apps.thread_policy import apply_thread_policy
 from signal_pipeline.federation import Federation
 
 
@@ -97,8 +96,7 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
 
 def run_sim(args: argparse.Namespace) -> int:
     """Handler of ``sim``."""
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    apply_thread_policy(args.threads)
     config = config_from_args(args)
     require_pyplot()  # the run ends in figures: no matplotlib, no run
     compare = args.compare or ("none" if config.strategy == "fedavg" else "fedavg")

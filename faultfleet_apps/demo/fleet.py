@@ -47,6 +47,7 @@ from faultfleet_apps.brokers.accounts import (
     create_accounts,
 )
 from faultfleet_apps.brokers.launch import RunningBroker, find_mosquitto, start_broker
+from faultfleet_apps.thread_policy import torch_threads, usable_cores
 
 logger = logging.getLogger(__name__)
 
@@ -304,10 +305,13 @@ def run_fleet_demo(
         stack.callback(monitor.connection.stop)
         # Agents first, coordinator last: on the way out the coordinator stops first, so it
         # never runs rounds against agents that are shutting down.
+        # The agent processes share the cores: each trains with its share (thread_policy).
+        threads = str(torch_threads(cores=usable_cores(), workers=plan.agent_processes))
         for index, machines in enumerate(machine_slices(plan.machines, plan.agent_processes)):
+            agent = ["agent", "--config", str(agents_toml), "--machines", machines]
             stack.enter_context(
                 _process(
-                    [*command, "agent", "--config", str(agents_toml), "--machines", machines],
+                    [*command, *agent, "--threads", threads],
                     logs / f"agents-{index}.log",
                 )
             )

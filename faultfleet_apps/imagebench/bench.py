@@ -24,7 +24,6 @@ the centralized bound is :mod:`faultfleet_apps.imagebench.centralized`.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -109,12 +108,6 @@ def _heartbeat(cell: Cell, config: SimConfig) -> Callable[[RoundRecord], None]:
             )
 
     return report
-
-
-def default_jobs(threads: int) -> int:
-    """Worker processes that keep every core busy with ``threads`` torch threads each."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, threads))
 
 
 def run_cells(

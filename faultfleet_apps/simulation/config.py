@@ -18,6 +18,7 @@ from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import UsageError
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.membership import Schedule, check_schedule
+from faultfleet_apps.simulation.training_path import TRAINING_PATHS
 from signal_pipeline.label_groups import (
     LabelGroups,
     check_label_groups,
@@ -66,6 +67,10 @@ class SimConfig:
     eval_every: int = 1
     """Evaluate every client on its test split after every ``eval_every`` rounds (and last)."""
     device: str = "auto"
+    training_path: str = "auto"
+    """``batched``, ``sequential`` or ``auto`` (the faster one for the model and device):
+    how the in-process fleet computes a round
+    (:mod:`faultfleet_apps.simulation.training_path`); answers agree to float rounding."""
     joins: Schedule = ()
     """(client id, round): the machine joins before that round and is no member before it
     (:mod:`faultfleet_apps.simulation.membership`; FAACL and FedAvg only)."""
@@ -92,6 +97,11 @@ class SimConfig:
             raise UsageError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.training_path not in TRAINING_PATHS:
+            raise UsageError(
+                f"training_path must be one of {', '.join(TRAINING_PATHS)}, got "
+                f"{self.training_path!r}"
+            )
         check_schedule(self.joins, self.leaves, self.rounds)
         # one order for one schedule, so the same run given in another order still resumes
         for name in ("joins", "leaves"):
@@ -118,15 +128,17 @@ class SimConfig:
         """A JSON-ready copy (tuples become lists); :meth:`from_json` reads it back.
 
         ``groups`` is written as its text (``"0,1*8;2,3*8"``). Unset optional fields (an
-        empty ``groups``, ``joins`` or ``leaves``, no ``machine_spread``) are left out, so
-        the document of a run that does not use them is the one written before they
-        existed (checkpoints and results written then still match their settings). So is
-        ``aggregation`` when every rule is off (``AggregationPolicy()``): the plain weighted
-        mean of runs before the rules.
+        empty ``groups``, ``joins`` or ``leaves``, no ``machine_spread``) are left out, and
+        so is ``training_path`` when it is ``auto``, so the document of a run that does not
+        use them is the one written before they existed (checkpoints and results written
+        then still match their settings). So is ``aggregation`` when every rule is off
+        (``AggregationPolicy()``): the plain weighted mean of runs before the rules.
         """
         data = asdict(self)
         if self.aggregation == AggregationPolicy():
             del data["aggregation"]
+        if data["training_path"] == "auto":
+            del data["training_path"]
         data["windows_per_client"] = list(self.windows_per_client)
         data["groups"] = format_label_groups(self.groups)
         for name in ("joins", "leaves"):

@@ -43,6 +43,7 @@ from faultfleet_apps.simulation.membership import (
     refuse_fixed_membership,
     restore_members,
 )
+from faultfleet_apps.simulation.training_path import choose_training_path, parameter_count
 from faultfleet_apps.simulation.wire_codec import WeightCodec
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
@@ -245,7 +246,11 @@ def make_engine(
     schedule = membership_schedule(config, federation)
     device = select_device(config.device)
     template = build_model(config.model, federation.sample_shape, federation.n_classes)
-    fleet = InProcessFleet(federation, template, device=device, codec=codec)
+    path = choose_training_path(config.training_path, parameter_count(template), device)
+    logger.debug("%s on %s: %s path", config.model, device, path)
+    fleet = InProcessFleet(
+        federation, template, device=device, codec=codec, batched=path == "batched"
+    )
     if schedule:
         fleet.set_clients(schedule.members(1))
     strategy = make_strategy(

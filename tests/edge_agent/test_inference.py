@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper
@@ -19,7 +17,6 @@ from coordinator.adapters.onnx_export import ExportedModel, export_model
 from edge_agent.inference import (
     LoadedModel,
     ModelIntegrityError,
-    ModelStore,
     NoModelError,
     OnnxDiagnoser,
     Prediction,
@@ -97,6 +94,56 @@ def test_predictions_match_torch(exports: tuple[ExportedModel, ...], windows: Fl
     assert prediction.class_ids.dtype == np.int64
     assert single.probabilities.shape == (1, N_CLASSES)
     np.testing.assert_allclose(single.probabilities[0], prediction.probabilities[0], atol=1e-6)
+
+
+def test_one_window_gives_what_session_run_gives(
+    exports: tuple[ExportedModel, ...], windows: FloatArray
+) -> None:
+    # Prepare: the bound single-window path against a plain ONNX Runtime session
+    diagnoser = OnnxDiagnoser(SHAPE)
+    _load(diagnoser, exports[0], version=1)
+    session = ort.InferenceSession(exports[0].onnx_bytes, providers=["CPUExecutionProvider"])
+    (expected,) = session.run(["probabilities"], {"window": windows})
+
+    # Execute: each window alone, as (1, 1024), as (1, 1, 1024) and as float64
+    alone = [diagnoser.predict(w) for w in windows]
+    batched_one = [diagnoser.predict(w[np.newaxis]) for w in windows]
+    doubles = [diagnoser.predict(w.astype(np.float64)) for w in windows]
+
+    # Assert: every answer is its own array, kept when the next window is diagnosed
+    for predictions in (alone, batched_one, doubles):
+        rows = np.concatenate([p.probabilities for p in predictions])
+        np.testing.assert_allclose(rows, expected, atol=1e-6)
+        assert [int(p.class_ids[0]) for p in predictions] == list(expected.argmax(axis=1))
+        assert all(p.class_ids.dtype == np.int64 for p in predictions)
+    assert len({id(p.probabilities) for p in alone}) == len(alone)
+
+
+def test_one_window_at_a_time_from_many_threads(
+    exports: tuple[ExportedModel, ...], windows: FloatArray
+) -> None:
+    # Prepare
+    diagnoser = OnnxDiagnoser(SHAPE)
+    _load(diagnoser, exports[0], version=1)
+    expected = diagnoser.predict(windows).probabilities
+    mismatches: list[int] = []
+
+    def diagnose(offset: int) -> None:
+        for step in range(200):
+            index = (offset + step) % len(windows)
+            got = diagnoser.predict(windows[index]).probabilities[0]
+            if not np.allclose(got, expected[index], atol=1e-6):
+                mismatches.append(index)
+
+    # Execute: threads sharing the bound buffers (a busy buffer falls back to session.run)
+    threads = [threading.Thread(target=diagnose, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Assert
+    assert mismatches == []
 
 
 def test_default_providers_end_with_cpu() -> None:
@@ -243,138 +290,6 @@ def test_hot_swap_under_concurrent_prediction(
         np.testing.assert_allclose(
             prediction.probabilities, references[prediction.model.sha256], atol=1e-6
         )
-
-
-def test_store_round_trip_restores_diagnosis(
-    tmp_path: Path, exports: tuple[ExportedModel, ...], windows: FloatArray
-) -> None:
-    # Prepare
-    running = OnnxDiagnoser(SHAPE)
-    loaded = _load(running, exports[0], version=7)
-    ModelStore(tmp_path / "agent").save(exports[0].onnx_bytes, loaded)
-
-    # Execute: a restarted agent reads the store into a fresh diagnoser.
-    stored = ModelStore(tmp_path / "agent").load()
-    assert stored is not None
-    onnx_bytes, model = stored
-    restarted = OnnxDiagnoser(SHAPE)
-    restarted.load(onnx_bytes, sha256=model.sha256, version=model.version, cluster_id="c0")
-
-    # Assert
-    assert onnx_bytes == exports[0].onnx_bytes
-    assert model == loaded
-    np.testing.assert_array_equal(
-        restarted.predict(windows).probabilities, running.predict(windows).probabilities
-    )
-
-
-def test_empty_store_loads_none(tmp_path: Path) -> None:
-    assert ModelStore(tmp_path / "never-saved").load() is None
-
-
-def _tamper_bytes(store: ModelStore) -> None:
-    store.onnx_path.write_bytes(store.onnx_path.read_bytes()[:-1] + b"\x00")
-
-
-def _truncate_json(store: ModelStore) -> None:
-    store.metadata_path.write_text(store.metadata_path.read_text()[:20])
-
-
-def _drop_field(store: ModelStore) -> None:
-    metadata = json.loads(store.metadata_path.read_text())
-    del metadata["n_classes"]
-    store.metadata_path.write_text(json.dumps(metadata))
-
-
-def _retype_field(store: ModelStore) -> None:
-    metadata = json.loads(store.metadata_path.read_text())
-    metadata["version"] = "1"
-    store.metadata_path.write_text(json.dumps(metadata))
-
-
-def _delete_bytes(store: ModelStore) -> None:
-    store.onnx_path.unlink()
-
-
-@pytest.mark.parametrize(
-    ("corrupt", "match"),
-    [
-        (_tamper_bytes, r"SHA-256 of .*model\.onnx is"),
-        (_truncate_json, r"JSONDecodeError"),
-        (_drop_field, r"expected exactly the keys"),
-        (_retype_field, r"fields \['version'\] have the wrong type"),
-        (_delete_bytes, r"FileNotFoundError"),
-    ],
-    ids=["tampered-bytes", "truncated-json", "missing-field", "retyped-field", "missing-bytes"],
-)
-def test_corrupt_store_raises_and_can_be_cleared(
-    tmp_path: Path,
-    exports: tuple[ExportedModel, ...],
-    corrupt: Callable[[ModelStore], None],
-    match: str,
-) -> None:
-    # Prepare
-    store = ModelStore(tmp_path)
-    exported = exports[0]
-    model = LoadedModel(1, "c0", exported.sha256, SHAPE, N_CLASSES)
-    store.save(exported.onnx_bytes, model)
-    corrupt(store)
-
-    # Execute / Assert
-    with pytest.raises(ModelIntegrityError, match=match) as raised:
-        store.load()
-    assert f"delete {store.metadata_path} and {store.onnx_path}" in str(raised.value)
-    store.clear()
-    assert store.load() is None
-
-
-def test_store_refuses_bytes_that_do_not_match(
-    tmp_path: Path, exports: tuple[ExportedModel, ...]
-) -> None:
-    model = LoadedModel(1, "c0", exports[0].sha256, SHAPE, N_CLASSES)
-
-    with pytest.raises(ModelIntegrityError, match="refusing to store model v1"):
-        ModelStore(tmp_path).save(exports[1].onnx_bytes, model)
-    assert not (tmp_path / "model.json").exists()
-
-
-def test_class_names_travel_with_the_stored_model(
-    tmp_path: Path, exports: tuple[ExportedModel, ...]
-) -> None:
-    # Prepare: a model loaded with its announced names, saved as the agent does
-    exported = exports[0]
-    names = tuple(f"fault {i}" for i in range(N_CLASSES))
-    loaded = OnnxDiagnoser(SHAPE).load(
-        exported.onnx_bytes, sha256=exported.sha256, version=3, cluster_id="c0", class_names=names
-    )
-    ModelStore(tmp_path).save(exported.onnx_bytes, loaded)
-
-    # Execute: a restarted agent reads it back
-    saved = ModelStore(tmp_path).load()
-
-    # Assert
-    assert saved is not None
-    assert saved[1].class_names == names
-    assert saved[1].names() == names
-
-
-def test_a_model_saved_without_class_names_still_loads_and_names_every_output(
-    tmp_path: Path, exports: tuple[ExportedModel, ...]
-) -> None:
-    # Prepare: model.json as written before names were stored
-    store = ModelStore(tmp_path)
-    store.save(exports[0].onnx_bytes, LoadedModel(1, "c0", exports[0].sha256, SHAPE, N_CLASSES))
-    metadata = json.loads(store.metadata_path.read_text())
-    del metadata["class_names"]
-    store.metadata_path.write_text(json.dumps(metadata))
-
-    # Execute
-    saved = store.load()
-
-    # Assert
-    assert saved is not None
-    assert saved[1].class_names == ()
-    assert saved[1].names() == tuple(f"class {i}" for i in range(N_CLASSES))
 
 
 @pytest.mark.parametrize("count", [0, 2, N_CLASSES + 1])

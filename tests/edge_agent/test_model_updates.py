@@ -10,9 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.onnx_export import ExportedModel, export_model
-from edge_agent.inference import LoadedModel, ModelStore, OnnxDiagnoser
+from edge_agent.inference import LoadedModel, OnnxDiagnoser
 from edge_agent.metrics import AgentMetrics
 from edge_agent.model_intake import ModelIntake
+from edge_agent.model_store import ModelStore
 from edge_agent.model_updates import ModelUpdates
 from faultfleet.models.zoo import build_model
 from faultfleet.wire.codec import encode_frame

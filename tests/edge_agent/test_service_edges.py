@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from coordinator.adapters.onnx_export import ExportedModel, export_model
-from edge_agent.inference import ModelStore
+from edge_agent.model_store import ModelStore
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, SigningSettings
 from edge_agent.sources import Window

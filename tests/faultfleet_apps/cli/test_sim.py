@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from coordinator.strategies.privacy import privacy_spent
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
@@ -272,3 +274,23 @@ def test_fleet_options_that_do_not_fit_are_one_line_errors(
     assert main(["sim", *argv, "--out", str(tmp_path / "run")]) == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_sim_applies_the_thread_policy_and_the_training_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the policy's explicit request
+    torch.set_num_threads(2)
+    args = ["sim", "--strategy", "fedavg", "--training-path", "sequential", *SMALL]
+    assert main([*args, "--rounds", "1", "--out", str(tmp_path)]) == 0
+    assert torch.get_num_threads() == 1
+    document = json.loads((tmp_path / "results.json").read_text())
+    assert document["config"]["training_path"] == "sequential"

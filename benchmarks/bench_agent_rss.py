@@ -1,0 +1,151 @@
+"""Resident memory of one real ``faultfleet agent`` process with the compact model, idle.
+
+Usage: python benchmarks/bench_agent_rss.py [--sources simulated live] [--idle-s 30]
+       [--repeats 3]
+
+Starts a private Mosquitto broker (amqtt where Mosquitto is not installed), stores the
+``compact`` zoo model (seed 0, exported to ONNX) in the agent's model store, as a restarted
+agent finds it, and starts ``python -m faultfleet_apps.cli.main agent --config FILE`` with
+``device = "cpu"`` and one of two window sources:
+
+* ``simulated``: one machine of the mixed-fault federation (the agent holds the machine's
+  training data and diagnoses a simulated window every 0.1 s, publishing each diagnosis);
+* ``live``: the sensor interface with no driver pushing samples: an agent that only
+  waits to diagnose.
+
+It samples the agent's resident set size (RSS, from ``/proc``; the agent starts no child
+process) when its retained ``online`` status arrives ("start"; for ``simulated`` once its
+first diagnosis arrives too) and again after ``--idle-s`` seconds without training tasks
+("idle"). For comparison it also prints the RSS of a bare Python interpreter after
+importing numpy, onnxruntime, torch and the agent's modules, each in a fresh process.
+Median of ``--repeats`` agents per source. Numbers only, no pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from process_memory import rss_bytes
+
+from coordinator.adapters.onnx_export import export_weights
+from edge_agent.inference import OnnxDiagnoser
+from edge_agent.model_store import ModelStore
+from faultfleet.models.weights import flatten_weights
+from faultfleet.models.zoo import build_model
+from faultfleet.wire.mqtt import MqttConnection
+from faultfleet.wire.settings import BrokerSettings
+from faultfleet.wire.signing import SigningKey
+from faultfleet.wire.topics import Topics
+from faultfleet_apps.brokers.launch import RunningBroker, start_broker
+from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
+
+SAMPLE_SHAPE = (1, 1024)
+MB = 1024 * 1024
+IMPORTS = {
+    "python + numpy": "import numpy",
+    "+ onnxruntime": "import numpy, onnxruntime",
+    "+ torch": "import numpy, onnxruntime, torch",
+    "edge_agent.service": "import edge_agent.service",
+    "faultfleet_apps.cli.main": "import faultfleet_apps.cli.main",
+}
+
+
+def import_rss_mb(statement: str) -> float:
+    """RSS in MB of a fresh interpreter right after ``statement``."""
+    probe = f"{statement}\nimport os\nprint(int(open('/proc/self/statm').read().split()[1]))"
+    pages = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    ).stdout
+    return int(pages) * os.sysconf("SC_PAGE_SIZE") / MB
+
+
+def write_config(folder: Path, broker: RunningBroker, source: str, public_key: str) -> Path:
+    """The agent's TOML file; its model store already holds the compact model."""
+    state = folder / "state"
+    names = tuple(MIXED_FAULT_CLASS_NAMES)
+    weights = flatten_weights(build_model("compact", SAMPLE_SHAPE, len(names), seed=0))
+    exported = export_weights(weights, "compact", SAMPLE_SHAPE, len(names))
+    loaded = OnnxDiagnoser(SAMPLE_SHAPE).load(
+        exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="0", class_names=names
+    )
+    ModelStore(state / "model").save(exported.onnx_bytes, loaded)
+    table = f'kind = "{source}"\nclients_per_group = 1\n'
+    config = folder / "agent.toml"
+    config.write_text(
+        f'agent_id = "rss"\ndevice = "cpu"\nstate_dir = "{state}"\n\n'
+        f'[broker]\nhost = "{broker.host}"\nport = {broker.port}\n\n'
+        f'[signing]\ntrusted_keys = ["{public_key}"]\n\n[metrics]\nport = 0\n\n'
+        f"[source]\n{table}\n[diagnosis]\ninterval_s = 0.1\npublish = true\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def measure_agent(broker: RunningBroker, source: str, idle_s: float) -> tuple[float, float]:
+    """RSS in MB of one agent at start and after ``idle_s`` seconds."""
+    settings = BrokerSettings(host=broker.host, port=broker.port)
+    topics = Topics(settings.topic_root)
+    online, diagnosed = threading.Event(), threading.Event()
+    monitor = MqttConnection(client_id="rss-monitor", settings=settings)
+    monitor.route(
+        topics.agent_status("rss"),
+        lambda _topic, payload: online.set() if b'"online"' in payload else None,
+    )
+    monitor.route(topics.diagnoses("rss"), lambda _topic, _payload: diagnosed.set())
+    monitor.start()
+    with tempfile.TemporaryDirectory(prefix="bench-agent-rss-") as name:
+        config = write_config(Path(name), broker, source, SigningKey.generate().public_text)
+        command = [sys.executable, "-m", "faultfleet_apps.cli.main", "agent", "--config"]
+        agent = subprocess.Popen([*command, str(config)], stderr=subprocess.DEVNULL)
+        try:
+            ready = [online] if source == "live" else [online, diagnosed]
+            deadline = time.monotonic() + 120
+            while not all(e.is_set() for e in ready):
+                if agent.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the {source} agent did not come online")
+                time.sleep(0.05)
+            start = rss_bytes(agent.pid) / MB
+            time.sleep(idle_s)
+            idle = rss_bytes(agent.pid) / MB
+        finally:
+            agent.terminate()
+            agent.wait(30)
+            monitor.stop()
+    return start, idle
+
+
+def main() -> None:
+    """Run the benchmark and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sources", nargs="+", choices=("simulated", "live"), default=None)
+    parser.add_argument("--idle-s", type=float, default=30.0, help="seconds to idle")
+    parser.add_argument("--repeats", type=int, default=3, help="agents per source")
+    args = parser.parse_args()
+    print("command: python " + shlex.join(sys.argv))
+    print(f"{'process':<28}{'rss_mb':>9}")
+    for label, statement in IMPORTS.items():
+        print(f"{'imports ' + label:<28}{import_rss_mb(statement):>9.0f}", flush=True)
+    broker = start_broker(prefer="auto", persistence=False)
+    print(f"\n{broker.kind} broker on {broker.host}:{broker.port}; median of {args.repeats}")
+    print(f"{'source':<12}{'start_mb':>10}{'idle_mb':>10}{'idle_s':>8}")
+    try:
+        for source in args.sources or ["simulated", "live"]:
+            runs = [measure_agent(broker, source, args.idle_s) for _ in range(args.repeats)]
+            start = statistics.median(r[0] for r in runs)
+            idle = statistics.median(r[1] for r in runs)
+            print(f"{source:<12}{start:>10.0f}{idle:>10.0f}{args.idle_s:>8.0f}", flush=True)
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Resident memory of a process and of every process it started, read from ``/proc`` (Linux).
+
+Shared by the benchmarks that report memory (``bench_agent_rss.py``, ``bench_peers.py``).
+:func:`tree_rss_bytes` adds up the resident set sizes of a process and all its descendants
+(shared pages are counted once per process that maps them, as ``ps`` does);
+:class:`PeakSampler` samples it on a thread and keeps the largest value seen.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from types import TracebackType
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+PROC = Path("/proc")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of process ``pid`` in bytes; 0 if it is gone."""
+    try:
+        fields = (PROC / str(pid) / "statm").read_text().split()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return 0
+    return int(fields[1]) * PAGE_BYTES
+
+
+def children_by_parent() -> dict[int, list[int]]:
+    """Every live process's children, from the parent id in ``/proc/<pid>/stat``."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        # "pid (command) state ppid ...": the command may hold spaces and parentheses
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every live process below it."""
+    children = children_by_parent()
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        queue.extend(children.get(current, []))
+    return found
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident set sizes of ``pid`` and its descendants, added up, in bytes."""
+    return sum(rss_bytes(p) for p in descendants(pid))
+
+
+class PeakSampler:
+    """Samples :func:`tree_rss_bytes` of ``pid`` every ``interval_s`` on a daemon thread
+    while used as a context manager; :attr:`peak_bytes` is the largest sample."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def sample(self) -> int:
+        """Take one sample now, keep it if it is the largest, and return it."""
+        value = tree_rss_bytes(self.pid)
+        self.peak_bytes = max(self.peak_bytes, value)
+        return value
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __enter__(self) -> PeakSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()

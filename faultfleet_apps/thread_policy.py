@@ -1,0 +1,166 @@
+"""How many torch threads a process computes with, so that the cores it may use are never
+oversubscribed.
+
+PyTorch sizes its intra-op thread pool from the machine, not from what else runs on it. Two
+processes that each take every core, or one process whose threads spin-wait at every
+operator while another program holds a core, can run many times slower than one thread
+would: on the shared 2-core development machine one ``faultfleet sim`` of the mixed-fault
+workload took 382 s with 2 torch threads against 57 s with 1. One rule, used by every
+command that trains:
+
+1. An explicit request wins: the command's ``--threads``, else the ``OMP_NUM_THREADS``
+   environment variable when it holds a positive whole number (the convention of OpenMP
+   and of torch itself). A request that oversubscribes is honoured and logged as a warning.
+2. Otherwise the cores this process may run on (``os.sched_getaffinity``: a container's or
+   ``taskset``'s limit, not the machine's core count) are shared evenly among the
+   ``workers`` that compute side by side: ``max(1, cores // workers)``.
+
+What counts as a worker:
+
+* ``faultfleet sim``: one (the simulator runs its clients one computation at a time).
+* ``faultfleet bench``: each of the ``--jobs`` worker processes.
+* ``faultfleet agent``: one per process, however many ``--machines`` it runs, because the
+  agents of a process take turns at the compute (:mod:`edge_agent.compute_turns`); a host
+  that runs several agent processes says so with ``--threads`` (``faultfleet demo`` does).
+
+Threads beyond the first only pay if they do not spin while a busy machine has
+descheduled their partner: the command line sets ``OMP_WAIT_POLICY=PASSIVE`` before torch
+loads OpenMP (:mod:`faultfleet_apps.cli`, where the measurement is).
+
+The decision is the pure :func:`torch_threads`; :func:`apply_thread_policy` reads the cores
+and the environment, decides and sets torch's pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+THREADS_VARIABLE = "OMP_NUM_THREADS"
+"""The environment variable read as an explicit request when no ``--threads`` is given."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity where the platform reports one,
+    otherwise the machine's count (at least 1)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def requested_threads(option: int | None, environ: Mapping[str, str]) -> int | None:
+    """The explicit thread request: ``option`` (``--threads``) if given, else
+    ``OMP_NUM_THREADS`` from ``environ`` when it is a positive whole number, else None.
+
+    Raises
+    ------
+    ValueError
+        ``option`` is below 1.
+    """
+    if option is not None:
+        if option < 1:
+            raise ValueError(f"threads must be at least 1, got {option}")
+        return option
+    raw = environ.get(THREADS_VARIABLE, "").strip()
+    if raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    return None
+
+
+def torch_threads(*, cores: int, workers: int = 1, requested: int | None = None) -> int:
+    """Intra-op threads for each of ``workers`` computations running side by side.
+
+    Parameters
+    ----------
+    cores : int
+        Cores the process (or the group of worker processes) may use, at least 1.
+    workers : int
+        Computations that run at the same time on those cores (worker processes, Ray
+        actors), at least 1.
+    requested : int, optional
+        An explicit request (:func:`requested_threads`); it wins.
+
+    Returns
+    -------
+    int
+        ``requested`` if given, else ``max(1, cores // workers)``.
+
+    Raises
+    ------
+    ValueError
+        ``cores``, ``workers`` or ``requested`` is below 1.
+    """
+    for name, value in (("cores", cores), ("workers", workers)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    if requested is not None:
+        if requested < 1:
+            raise ValueError(f"requested threads must be at least 1, got {requested}")
+        return requested
+    return max(1, cores // workers)
+
+
+def worker_plan(*, cores: int, jobs: int | None, threads: int | None) -> tuple[int, int]:
+    """Worker processes and torch threads per worker for ``cores``; ``faultfleet bench``.
+
+    Given neither, one single-threaded worker per core (cells side by side beat threads
+    inside a cell for the small models of the suites). Given one, the other shares the
+    cores: ``jobs = max(1, cores // threads)`` or ``threads = max(1, cores // jobs)``.
+    Given both, both are kept.
+
+    Returns
+    -------
+    (jobs, threads) : tuple of int
+
+    Raises
+    ------
+    ValueError
+        ``cores``, ``jobs`` or ``threads`` is below 1.
+    """
+    if jobs is None:
+        per_worker = torch_threads(cores=cores, requested=threads or 1)
+        return max(1, cores // per_worker), per_worker
+    return jobs, torch_threads(cores=cores, workers=jobs, requested=threads)
+
+
+def apply_thread_policy(
+    option: int | None = None,
+    *,
+    workers: int = 1,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Decide this process's torch threads (:func:`torch_threads`) and set them.
+
+    Parameters
+    ----------
+    option : int, optional
+        The command's ``--threads``.
+    workers : int
+        Computations sharing this process's cores (see the module docstring).
+    environ : mapping, optional
+        Environment to read ``OMP_NUM_THREADS`` from; default ``os.environ``.
+
+    Returns
+    -------
+    int
+        The threads set with ``torch.set_num_threads``.
+    """
+    cores = usable_cores()
+    requested = requested_threads(option, os.environ if environ is None else environ)
+    threads = torch_threads(cores=cores, workers=workers, requested=requested)
+    if threads * workers > cores:
+        logger.warning(
+            "%d torch thread(s) for each of %d worker(s) oversubscribe the %d core(s) this "
+            "process may use; expect slow runs on a busy machine",
+            threads,
+            workers,
+            cores,
+        )
+    torch.set_num_threads(threads)
+    logger.debug("torch threads: %d (%d core(s), %d worker(s))", threads, cores, workers)
+    return threads
