@@ -1,16 +1,18 @@
 """Does the run confidence separate good clusterings from bad ones? Confidence against ARI.
 
 Usage: python benchmarks/quality_separation.py [RESULTS.json ...]
-       [--replay RECORDING.json ... [--alpha0 0.0 ...] [--n-sep 10 ...] [--memory 10]]
+       [--replay RECORDING.json ... [--alpha0 0.0 ...] [--n-sep 10 ...] [--memory 10]
+        [--rule cohesion paper] [--cohesion-share 0.7 ...]]
 
 Reads the run confidence (``cluster_quality.confidence``, which needs no ground truth) and
 the adjusted Rand index against the true groups (``final.ari``) of finished ``faultfleet
 sim`` runs, and of FLACC runs replayed from recordings of its clustering phase
 (``--replay``: per round, the clients that answered and the cosines of their updates, as
-``record_flacc_similarity.py`` writes them), once per combination of the ``--alpha0`` and
-``--n-sep`` values given. Before separation every FLACC client trains
+``record_flacc_similarity.py`` writes them), once per combination of the ``--rule``,
+``--alpha0``, ``--n-sep`` and ``--cohesion-share`` values given (the share only under the
+cohesion rule). Before separation every FLACC client trains
 the one global model whatever the entities are, so the recording holds every similarity
-Algorithm 1 sees and a replay gives exactly the entities, and the similarities frozen at
+either merge rule sees and a replay gives exactly the entities, and the similarities frozen at
 separation, of the run with these settings (``FLACC.cluster_step``).
 
 Prints one row per run, then how well the confidence separates runs with ARI = 1 from runs
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.flacc import FLACC, RULES
 from coordinator.strategies.quality import assess
 from faultfleet.scoring import clustering_scores
 
@@ -63,11 +65,21 @@ def from_results(path: Path) -> Run:
     )
 
 
-def replay(path: Path, *, alpha0: float, n_sep: int, memory: int | None) -> Run:
-    """FLACC (Algorithm 1 with these settings) replayed on a recording of its clustering."""
+def replay(
+    path: Path,
+    *,
+    alpha0: float,
+    n_sep: int,
+    memory: int | None,
+    rule: str = "cohesion",
+    cohesion_share: float = 0.7,
+) -> Run:
+    """FLACC with these settings replayed on a recording of its clustering phase."""
     document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     ids = [str(c) for c in document["client_ids"]]
-    strategy = FLACC(alpha0=alpha0, n_sep=n_sep, memory=memory)
+    strategy = FLACC(
+        alpha0=alpha0, n_sep=n_sep, memory=memory, rule=rule, cohesion_share=cohesion_share
+    )
     strategy.initialize(ids, lambda _: np.zeros(1, dtype=np.float32))
     rng = np.random.default_rng(0)
     for record in document["rounds"]:
@@ -81,7 +93,8 @@ def replay(path: Path, *, alpha0: float, n_sep: int, memory: int | None) -> Run:
     truth = dict(zip(ids, (int(g) for g in document["groups"]), strict=True))
     scores = clustering_scores(truth, labels)
     quality = assess(strategy.cluster_evidence())
-    name = f"flacc replay alpha0={alpha0} n_sep={n_sep} ({path.name})"
+    setting = f"rule={rule}" + (f" share={cohesion_share}" if rule == "cohesion" else "")
+    name = f"flacc replay {setting} alpha0={alpha0} n_sep={n_sep} ({path.name})"
     return Run(
         name, scores.ari, scores.num_clusters, quality.confidence, quality.borderline_clusters
     )
@@ -121,11 +134,19 @@ def main() -> None:
     parser.add_argument("--alpha0", type=float, nargs="+", default=[0.0])
     parser.add_argument("--n-sep", type=int, nargs="+", default=[10])
     parser.add_argument("--memory", type=int, default=10)
+    parser.add_argument("--rule", nargs="+", choices=RULES, default=["cohesion"])
+    parser.add_argument("--cohesion-share", type=float, nargs="+", default=[0.7])
     args = parser.parse_args()
     runs = [from_results(p) for p in args.results]
+    settings = [
+        (rule, share)
+        for rule in args.rule
+        for share in (args.cohesion_share if rule == "cohesion" else [0.7])
+    ]
     runs += [
-        replay(p, alpha0=alpha0, n_sep=n_sep, memory=args.memory)
+        replay(p, alpha0=alpha0, n_sep=n_sep, memory=args.memory, rule=rule, cohesion_share=share)
         for p in args.replay
+        for rule, share in settings
         for alpha0 in args.alpha0
         for n_sep in args.n_sep
     ]

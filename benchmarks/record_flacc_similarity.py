@@ -1,7 +1,7 @@
 """Record what FLACC's clustering phase sees, so that it can be replayed with other settings.
 
 Usage: python benchmarks/record_flacc_similarity.py --out REC.json --seed 100
-       [--profile quick] [--rounds 40] [--threads 1]
+       [--profile quick] [--fleet twelve-groups] [--rounds 40] [--threads 1]
 
 Runs ``faultfleet sim``'s federation and engine for FLACC with separation switched off
 (``n_sep`` larger than the run), so that every round trains the one global model, and
@@ -25,6 +25,7 @@ import torch
 
 from coordinator.strategies.flacc import FLACC
 from faultfleet_apps.simulation.config import profile
+from faultfleet_apps.simulation.robustness import Fleet, fleet_named
 from faultfleet_apps.simulation.runner import build_federation, make_engine
 
 NEVER = 1_000_000
@@ -49,18 +50,18 @@ def answered_this_round(strategy: FLACC, server_round: int) -> tuple[list[int], 
     return [int(c) for c in clients], np.round(cosine, 6).tolist()
 
 
-def record(seed: int, profile_name: str, rounds: int | None) -> dict[str, Any]:
-    """Run the clustering phase of ``profile_name`` for ``seed`` and return the recording."""
-    config = profile(profile_name, strategy="flacc", seed=seed, rounds=rounds, eval_every=NEVER)
+def record(
+    seed: int, profile_name: str, rounds: int | None, fleet: Fleet | None = None
+) -> dict[str, Any]:
+    """Run the clustering phase of ``profile_name`` for ``seed`` on ``fleet`` (default: the
+    profile's scenario, mixed-fault) and return the recording."""
+    where: dict[str, Any] = {}
+    if fleet is not None:
+        where = {"scenario": fleet.scenario, "groups": fleet.groups or None}
+    settings = {"strategy": "flacc", "seed": seed, "rounds": rounds, "eval_every": NEVER}
+    config = profile(profile_name, **settings, **where)
     options = {**config.strategy_options, "n_sep": NEVER}
-    config = profile(
-        profile_name,
-        strategy="flacc",
-        seed=seed,
-        rounds=rounds,
-        eval_every=NEVER,
-        strategy_options=options,
-    )
+    config = profile(profile_name, **settings, **where, strategy_options=options)
     federation = build_federation(config)
     engine = make_engine(config, federation)
     strategy = engine.strategy
@@ -76,6 +77,7 @@ def record(seed: int, profile_name: str, rounds: int | None) -> dict[str, Any]:
         "strategy": "flacc",
         "seed": seed,
         "profile": profile_name,
+        "fleet": "mixed-fault" if fleet is None else fleet.name,
         "options": options,
         "client_ids": list(strategy.client_ids_),
         "groups": [truth[c] for c in strategy.client_ids_],
@@ -89,11 +91,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="recording to write (JSON)")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--profile", default="quick")
+    parser.add_argument(
+        "--fleet",
+        default=None,
+        help="a named fleet of the robustness benchmark (default: the profile's mixed-fault)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="default: the profile's")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    document = record(args.seed, args.profile, args.rounds)
+    fleet = None if args.fleet is None else fleet_named(args.fleet)
+    document = record(args.seed, args.profile, args.rounds, fleet)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document), encoding="utf-8")
     print(f"wrote {args.out}: {len(document['rounds'])} rounds")

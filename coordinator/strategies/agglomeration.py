@@ -24,6 +24,10 @@ Decisions on points the paper leaves open (papers/README.md settles the first tw
   passes both or one fails eq. 16 (every later pair then fails it too). Without this a
   round's argmax pair can fail eq. 14 round after round while α keeps its value, and
   merging stalls until N_sep separates the entities as they are.
+- With ``cohesion_share`` (FLACC's default rule, :mod:`.cohesion`) a pair must also pass the
+  cohesion test, and the pairs are tried in eq. 9's order until one passes eqs. 14 and 16 and
+  the test, or one fails eq. 16: a refused pair of two groups never blocks a later pair of
+  pieces of one group.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coordinator.strategies.cohesion import CohesionCheck, cohesion_check
 from faultfleet.types import Float64Array, IntArray
 
 Entity = tuple[int, ...]
@@ -92,8 +97,10 @@ class MergeDecision:
         Sub-server combination potential Φ (eq. 13); None unless both entities are
         sub-servers with a known α_min^within.
     merge : bool
-        Whether the pair merges: α_min^cross > α0 (eq. 16) and, for two sub-servers, Φ > 0
-        (eq. 14).
+        Whether the pair merges: α_min^cross > α0 (eq. 16), for two sub-servers Φ > 0
+        (eq. 14), and, under the cohesion rule, the cohesion test.
+    cohesion : CohesionCheck or None
+        The cohesion test of the pair (:mod:`.cohesion`); None under Algorithm 1 as written.
     """
 
     first: Entity
@@ -103,6 +110,7 @@ class MergeDecision:
     alpha_min_within: float | None
     potential: float | None
     merge: bool
+    cohesion: CohesionCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,8 @@ class Agglomeration:
     entities: list[Entity]
     decisions: tuple[MergeDecision, ...]
     passed_over: int = 0
-    """Iterations whose eq. 9 pair failed eq. 14 while a later pair merged (``next_pair``)."""
+    """Iterations whose eq. 9 pair was refused while a later pair merged (``next_pair`` or
+    the cohesion rule)."""
 
     @property
     def num_merges(self) -> int:
@@ -166,20 +175,25 @@ def agglomerate(
     alpha0: float,
     n_merge: int,
     next_pair: bool = False,
+    cohesion_share: float | None = None,
 ) -> Agglomeration:
     """Up to ``n_merge`` greedy merges (Algorithm 1, lines 13–18), recomputing eq. 9 each time.
 
     The merged entity takes the place of the earlier of the two, so a list sorted by smallest
     client index stays sorted. Merging stops early when no pair is known or the argmax pair
     fails its conditions, unless ``next_pair`` lets a later pair merge instead of an argmax
-    pair that fails only eq. 14 (see the module docstring).
+    pair that fails only eq. 14, or ``cohesion_share`` (the cohesion rule, which implies the
+    search) a later pair that passes the cohesion test (see the module docstring).
     """
     current = list(entities)
     similarity = entity_similarity(alpha, current)
     decisions: list[MergeDecision] = []
     passed_over = 0
+    rule = None
+    if cohesion_share is not None:
+        rule = _CohesionRule(np.where(alpha > UNKNOWN, alpha, np.nan), cohesion_share)
     for _ in range(n_merge):
-        tried = _decide(similarity, current, alpha0, next_pair=next_pair)
+        tried = _decide(similarity, current, alpha0, next_pair=next_pair, rule=rule)
         if not tried:
             break
         if len(tried) > 1:  # eq. 9's pair failed eq. 14 and a later pair merges
@@ -208,13 +222,27 @@ def forget_stale(
     return forgotten
 
 
+@dataclass(frozen=True)
+class _CohesionRule:
+    """The cohesion test's inputs for one round: α with NaN for unknown, and the share."""
+
+    similarity: Float64Array
+    share: float
+
+
 def _decide(
-    similarity: EntitySimilarity, entities: Sequence[Entity], alpha0: float, *, next_pair: bool
+    similarity: EntitySimilarity,
+    entities: Sequence[Entity],
+    alpha0: float,
+    *,
+    next_pair: bool,
+    rule: _CohesionRule | None = None,
 ) -> list[tuple[int, int, MergeDecision]]:
     """Positions and decision of eq. 9's pair; empty when no cross pair is known.
 
     With ``next_pair``, when eq. 9's pair passes eq. 16 but fails eq. 14, the list goes on to
-    the first later pair in eq. 9's order that merges, if one does before eq. 16 fails.
+    the first later pair in eq. 9's order that merges, if one does before eq. 16 fails; under
+    the cohesion rule the same holds for a pair that fails eq. 14 or the cohesion test.
     """
     n = similarity.lowest.shape[0]
     candidates = np.triu(np.isfinite(similarity.lowest), k=1)
@@ -223,11 +251,12 @@ def _decide(
     score = np.where(candidates, similarity.lowest, -np.inf).ravel()
     # eq. 9, first pair in row-major order on ties (a stable sort keeps that order)
     order = np.argsort(-score, kind="stable")[: int(candidates.sum())]
-    first = _pair_decision(similarity, entities, alpha0, *divmod(int(order[0]), n))
-    if first[2].merge or not next_pair or first[2].alpha_min_cross <= alpha0:
+    first = _pair_decision(similarity, entities, alpha0, *divmod(int(order[0]), n), rule=rule)
+    searching = next_pair or rule is not None
+    if first[2].merge or not searching or first[2].alpha_min_cross <= alpha0:
         return [first]
     for flat in order[1:]:
-        tried = _pair_decision(similarity, entities, alpha0, *divmod(int(flat), n))
+        tried = _pair_decision(similarity, entities, alpha0, *divmod(int(flat), n), rule=rule)
         if tried[2].alpha_min_cross <= alpha0:  # eq. 16 fails from here on
             break
         if tried[2].merge:
@@ -236,9 +265,15 @@ def _decide(
 
 
 def _pair_decision(
-    similarity: EntitySimilarity, entities: Sequence[Entity], alpha0: float, a: int, b: int
+    similarity: EntitySimilarity,
+    entities: Sequence[Entity],
+    alpha0: float,
+    a: int,
+    b: int,
+    *,
+    rule: _CohesionRule | None = None,
 ) -> tuple[int, int, MergeDecision]:
-    """Eqs. 11–16 for the entity pair at positions ``a`` < ``b``."""
+    """Eqs. 11–16 for the entity pair at positions ``a`` < ``b``, and the cohesion test."""
     min_cross = float(similarity.lowest[a, b])  # eq. 15
     max_cross = float(similarity.highest[a, b])  # eq. 11
     within = float(min(similarity.lowest[a, a], similarity.lowest[b, b]))  # eq. 12
@@ -250,8 +285,19 @@ def _pair_decision(
     merge = min_cross > alpha0 and (  # eq. 16
         not both_subservers or (potential is not None and potential > 0)  # eq. 14
     )
+    cohesion = None
+    if rule is not None and merge:
+        cohesion = cohesion_check(rule.similarity, entities, a, b, rule.share)
+        merge = cohesion.passed
     decision = MergeDecision(
-        tuple(entities[a]), tuple(entities[b]), min_cross, max_cross, min_within, potential, merge
+        tuple(entities[a]),
+        tuple(entities[b]),
+        min_cross,
+        max_cross,
+        min_within,
+        potential,
+        merge,
+        cohesion,
     )
     return a, b, decision
 

@@ -41,8 +41,9 @@ class Merge:
     similarity : float
         The similarity that let them merge (FLACC: α_min^cross of eq. 15, a cosine).
     threshold : float
-        The bar that similarity had to clear (FLACC: α0 of eq. 16, or the data-driven bar
-        of its default rule); ``similarity - threshold`` is the merge's margin.
+        The bar that similarity had to clear (FLACC: α0 of eq. 16, under either rule; the
+        cohesion test of its default rule compares means, see
+        :mod:`coordinator.strategies.cohesion`); ``similarity - threshold`` is the margin.
     """
 
     round: int

@@ -28,6 +28,14 @@ Decisions on points the paper leaves open (papers/README.md settles the first):
 - Clients that failed are absent from ``results``: no similarity, no weight.
 - Algorithm 1 tests only eq. 9's pair; ``next_pair=True`` (off by default) lets a later pair
   merge when that pair fails only eq. 14 (see :mod:`.agglomeration`).
+
+The default merge rule is not Algorithm 1's but ``rule="cohesion"``: a pair that passes
+eqs. 14 and 16 must also pass the cohesion test of :mod:`.cohesion` — the mean cosine
+between the two entities at least ``cohesion_share`` (0.7) of the looser entity's own mean
+cosine — and when eq. 9's pair is refused the later pairs are tried in eq. 9's order. Under
+eq. 16 alone, two different groups merge as soon as the few cross pairs remembered happen
+to be all positive; the module docstring of :mod:`.cohesion` gives the measurements behind
+the rule and the share. ``rule="paper"`` is Algorithm 1 exactly as written.
 """
 
 from __future__ import annotations
@@ -52,6 +60,9 @@ from coordinator.strategies.keys import GLOBAL, cluster_key
 from coordinator.strategies.parameters import Param
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
+
+RULES = ("cohesion", "paper")
+"""FLACC's merge rules: the default with the cohesion test, and Algorithm 1 as written."""
 
 
 class FLACC(Strategy):
@@ -103,8 +114,28 @@ class FLACC(Strategy):
             "next_pair",
             "bool",
             False,
-            "whether a later pair may merge when eq. 9's pair fails only eq. 14",
+            "whether a later pair may merge when eq. 9's pair fails only eq. 14 (implied by "
+            "rule 'cohesion')",
             "FLACC eqs. 9 and 14; false is Algorithm 1 as written",
+        ),
+        Param(
+            "rule",
+            "str",
+            "cohesion",
+            "the merge rule: eqs. 14 and 16 and the cohesion test ('cohesion'), or "
+            "Algorithm 1 as written ('paper')",
+            "ours; 'paper' is FLACC Algorithm 1",
+            choices=RULES,
+        ),
+        Param(
+            "cohesion_share",
+            "float",
+            0.7,
+            "share of the looser entity's mean within cosine that the mean cross cosine "
+            "must reach for a merge (rule 'cohesion')",
+            "ours; measured in coordinator/strategies/cohesion.py",
+            low=0.0,
+            high=1.0,
         ),
     )
 
@@ -117,6 +148,8 @@ class FLACC(Strategy):
         n_merge: int = 1,
         n_sep: int = 10,
         next_pair: bool = False,
+        rule: str = "cohesion",
+        cohesion_share: float = 0.7,
     ) -> None:
         super().__init__(fraction=fraction)
         self.alpha0 = alpha0
@@ -124,6 +157,8 @@ class FLACC(Strategy):
         self.n_merge = n_merge
         self.n_sep = n_sep
         self.next_pair = next_pair
+        self.rule = rule
+        self.cohesion_share = cohesion_share
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -209,6 +244,7 @@ class FLACC(Strategy):
             alpha0=self.alpha0,
             n_merge=self.n_merge,
             next_pair=self.next_pair,
+            cohesion_share=self.cohesion_share if self.rule == "cohesion" else None,
         )
         self._record_merges(server_round, outcome.decisions, self.alpha0)
         self._set_entities(outcome.entities)
@@ -297,12 +333,12 @@ class FLACC(Strategy):
 
     def round_metrics(self) -> dict[str, float]:
         """α_min^cross solving eq. 9 in the last clustering round (the paper's Fig. 8), and
-        whether the entities have been separated (1) or not (0); with ``next_pair``, also how
-        many of eq. 9's pairs the last clustering round passed over."""
+        whether the entities have been separated (1) or not (0); with ``next_pair`` or the
+        cohesion rule, also how many of eq. 9's pairs the last clustering round passed over."""
         metrics = {"separated": float(self.separated_)}
         if self.last_alpha_min_cross_ is not None:
             metrics["alpha_min_cross"] = self.last_alpha_min_cross_
-        if self.next_pair:
+        if self.next_pair or self.rule == "cohesion":
             metrics["pairs_passed_over"] = float(self.last_passed_over_)
         return metrics
 

@@ -104,8 +104,9 @@ def test_a_round_records_answered_pairs_merges_and_averages() -> None:
 
 @pytest.mark.parametrize("next_pair", [False, True])
 def test_next_pair_lets_a_later_pair_merge_when_eq9s_pair_fails_eq14(next_pair: bool) -> None:
+    # Algorithm 1 as written; under the default rule {c0,c1}–c4 would fail the cohesion test
     # Prepare: {c0,c1}–{c2,c3} wins eq. 9 (0.6) but Φ < 0; {c0,c1}–c4 (0.55) passes
-    strategy = make_flacc(5, memory=None, next_pair=next_pair)
+    strategy = make_flacc(5, memory=None, next_pair=next_pair, rule="paper")
     alpha = np.full((5, 5), UNKNOWN)
     for (i, j), value in {(0, 1): 0.9, (2, 3): 0.9, (0, 4): 0.55, (1, 4): 0.55}.items():
         alpha[i, j] = alpha[j, i] = value
@@ -124,7 +125,7 @@ def test_next_pair_lets_a_later_pair_merge_when_eq9s_pair_fails_eq14(next_pair: 
     if next_pair:
         assert strategy.entities == [("c0", "c1", "c4"), ("c2", "c3")]
         assert metrics["pairs_passed_over"] == 1.0
-        restored = FLACC(next_pair=True)
+        restored = FLACC(next_pair=True, rule="paper")
         restored.load_state_dict(strategy.state_dict())
         assert restored.round_metrics() == metrics
     else:
@@ -367,3 +368,25 @@ def test_invalid_hyper_parameters_raise_on_initialize(options: dict[str, Any], m
     # Execute / Assert
     with pytest.raises(ValueError, match=match):
         strategy.initialize(["a", "b"], lambda i: np.zeros(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize(("rule", "merged"), [("cohesion", False), ("paper", True)])
+def test_the_default_rule_refuses_two_groups_that_algorithm_1_merges(
+    rule: str, merged: bool
+) -> None:
+    # Prepare: two groups of two, within cosines 0.5, the two cross pairs remembered 0.1
+    # and 0.55 (Φ = 0.55 − 0.5 > 0, α_min^cross = 0.1 > α0 = 0)
+    strategy = make_flacc(4, memory=None, rule=rule)
+    alpha = np.full((4, 4), UNKNOWN)
+    for (i, j), value in {(0, 1): 0.5, (2, 3): 0.5, (0, 2): 0.1, (1, 3): 0.55}.items():
+        alpha[i, j] = alpha[j, i] = value
+    strategy.alpha_ = alpha
+    strategy._set_entities([(0, 1), (2, 3)])
+
+    # Execute: a round in which nobody answered merges on remembered similarities
+    strategy.aggregate_round(1, [], [])
+
+    # Assert: the cohesion test compares the cross mean 0.325 with 0.7 · 0.5
+    assert (strategy.num_clusters == 1) is merged
+    assert len(strategy.merges) == int(merged)
+    assert strategy.rounds_without_merge_ == int(not merged)
