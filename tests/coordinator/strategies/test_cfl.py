@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from coordinator.strategies.base import StrategyState
-from coordinator.strategies.cfl import CFL, bipartition_share, optimal_bipartition
+from coordinator.strategies.bipartition import bipartition_share, optimal_bipartition
+from coordinator.strategies.cfl import CFL
 from faultfleet.errors import UsageError
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
