@@ -32,7 +32,10 @@ class PlacementBook(BaseModel):
     placements : dict of str to PlacementNote
         The latest placement of every agent placed so far, by agent id.
     windows : dict of str to int
-        Labelled windows each online agent reported when it was last looked at.
+        Labelled windows each agent held at its last offer (a member: or when first seen).
+    offered : dict of str to str
+        The campaign id during which each agent was last offered the models ("" before
+        the first campaign): a machine is offered them at most once per campaign.
     moves : dict of str to str
         Members whose new data placed them on another cluster → that cluster's id, until
         the move is made in the strategy before the next round.
@@ -46,6 +49,7 @@ class PlacementBook(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     placements: dict[str, PlacementNote] = {}
     windows: dict[str, int] = {}
+    offered: dict[str, str] = {}
     moves: dict[str, str] = {}
     offers: int = 0
 

@@ -118,33 +118,43 @@ class Newcomers:
         return bool(due) or changed
 
     def _due(self, table: ServingTable) -> tuple[list[str], bool]:
-        """Agents to place now, and whether a member's window count was noted for the first
-        time (the book changed)."""
+        """Agents to place now, and whether a member was seen for the first time (its
+        window count noted: the book changed).
+
+        A machine whose labelled windows keep growing (a labels file with an open range) is
+        offered the models once per campaign, when its count differs from its last offer's:
+        its new data joins training only at the next campaign anyway.
+        """
         members = set(self.summary.agents)
         retired = set(self.registry.retired())
         windows = self.counts.snapshot()
         served = self._served(table)
         by_members = {table.agents[m] for m in members if table.agents.get(m) in table.clusters}
+        campaign = self.promotion.campaign_id or ""
         due: list[str] = []
         noted = False
         for agent in self.registry.online():
             if agent in retired:
                 continue
             count = windows.get(agent, 0)
-            last = self.book.windows.get(agent)
-            note = self.book.placements.get(agent)
+            fresh = self.book.offered.get(agent) != campaign
             if agent in members:
-                if last is not None and count != last and count > 0:
+                base = self.book.windows.get(agent)
+                if base is None:
+                    self.book.windows[agent] = count
+                    noted = True
+                elif count != base and count > 0 and fresh:
                     due.append(agent)
-            elif (
+                continue
+            note = self.book.placements.get(agent)
+            if (
                 note is None
-                or count != note.labelled_windows
+                or (note.labelled_windows == 0) != (count == 0)
+                or (count != note.labelled_windows and fresh)
                 or note.cluster_id not in by_members
                 or (not note.verified and most_members(served) != note.cluster_id)
             ):
                 due.append(agent)
-            noted = noted or last != count
-            self.book.windows[agent] = count
         return due, noted
 
     def _served(self, table: ServingTable) -> dict[str, int]:
@@ -165,6 +175,10 @@ class Newcomers:
         windows = self.counts.snapshot()
         served = {key: self._served(table)[cid] for key, cid in by_key.items()}
         unlabelled = [a for a in agents if windows.get(a, 0) == 0]
+        for agent in agents:
+            self.book.windows[agent] = windows.get(agent, 0)
+            if agent not in unlabelled:
+                self.book.offered[agent] = self.promotion.campaign_id or ""
         placed = place(
             self.fleet,
             self.engine.server_round,

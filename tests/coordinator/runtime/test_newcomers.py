@@ -267,3 +267,23 @@ def test_nothing_is_placed_before_a_model_is_served(tmp_path: Path, served: Flee
 
     assert not newcomers.serve()
     assert newcomers.joins() is None
+
+
+def test_growing_labels_offer_the_models_once_per_campaign(served: Fleet) -> None:
+    # Prepare: campaign c1; m00's labelled windows keep growing
+    fleet = served
+    fleet.promotion.campaign_id = "c1"
+    w0, w1 = (_digest(fleet.weights[k]) for k in ("cluster-0", "cluster-1"))
+    fleet.fleet.scores = {("m00", w0): (0.3, 0.9), ("m00", w1): (2.0, 0.4)}
+
+    # Execute
+    offers = []
+    for windows, campaign in ((50, "c1"), (60, "c1"), (70, "c1"), (70, "c2"), (80, "c2")):
+        fleet.promotion.campaign_id = campaign
+        online(fleet, "m00", windows)
+        fleet.newcomers.serve()
+        offers.append(len(fleet.fleet.keys) // 2)
+
+    # Assert: offered at 50 (c1) and again once c2 runs; it stays on its own cluster
+    assert offers == [1, 1, 1, 2, 2]
+    assert fleet.newcomers.moves() == {}
