@@ -11,7 +11,8 @@ before every round (the campaign runner's ``serve_newcomers``). It looks for
 Each is offered the serving version of every cluster (from the model registry) and
 evaluates each on its validation windows (:mod:`coordinator.engine.placement`: lowest loss
 wins; an agent without labelled windows, or none of whose evaluations came back, goes to
-the cluster of most machines, *unverified*). An agent outside the federation gets a signed
+the cluster serving most members of the federation, *unverified*, and follows it when
+another cluster comes to serve more). An agent outside the federation gets a signed
 assignment to its cluster's serving version at once (the model itself is retained on the
 cluster's topic), so it diagnoses as soon as it has loaded it; if it can train it joins the
 federation before the next round (:mod:`coordinator.runtime.membership`) with the
@@ -158,8 +159,10 @@ class Newcomers:
         return due, noted
 
     def _served(self, table: ServingTable) -> dict[str, int]:
-        """Cluster id → agents it serves (every serving cluster, 0 for none)."""
-        counts = Counter(c for c in table.agents.values() if c in table.clusters)
+        """Cluster id → members of the federation it serves (every serving cluster, 0 for
+        none): machines outside the federation do not count."""
+        members = set(self.summary.agents)
+        counts = Counter(c for a, c in table.agents.items() if a in members)
         return {cid: counts.get(cid, 0) for cid in table.clusters}
 
     def _place(self, agents: Sequence[str], table: ServingTable) -> None:

@@ -7,10 +7,11 @@ publishes one model per group. Then
 1. a seventh machine, m07 of the second group, comes online after the separation: the
    coordinator offers it both cluster models, it scores them on its validation windows,
    is placed on its group's cluster in the pass that found it, and diagnoses with that
-   cluster's serving version;
+   cluster's serving version; a live sensor without any label, m09, comes online too and
+   is served the cluster of most members (on a tie, the first), flagged unverified;
 2. a maintenance finding labels m00's live windows (its labels file): the new labelled
    windows start campaign c2, in which m07 has joined the federation and trains with its
-   cluster;
+   cluster — which now serves most members, so m09 follows it;
 3. a deliberately worse candidate for the second cluster — a model trained on that group's
    windows with its two labels swapped — goes through the coordinator's promotion path:
    the agents evaluate it, the gate rejects it and they keep the serving version;
@@ -38,7 +39,7 @@ from coordinator.adapters.model_registry import ModelRegistry
 from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CampaignSettings, CoordinatorSettings, ModelsSettings
-from edge_agent.settings import AgentSettings, DiagnosisSettings, LabelsSettings
+from edge_agent.settings import AgentSettings, DiagnosisSettings, LabelsSettings, SourceSettings
 from edge_agent.training import local_update
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
@@ -63,6 +64,11 @@ def quick(settings: AgentSettings) -> AgentSettings:
             "labels": LabelsSettings(rescan_s=0.2),
         }
     )
+
+
+def live(settings: AgentSettings) -> AgentSettings:
+    """A live sensor: no labelled window, diagnosis only."""
+    return quick(settings).model_copy(update={"source": SourceSettings(kind="live")})
 
 
 def status_of(config: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -161,19 +167,29 @@ def test_a_newcomer_is_served_at_once_new_labels_retrain_and_the_gate_and_rollba
             group_a, group_b = serving.agents["m00"], serving.agents["m04"]
             by_agent = dict(serving.agents)
 
-            # Step 1: m07 (second group) comes online and is served at once
-            with running_agents(broker_settings, agents_dir, [7], adjust=quick) as (late,):
+            # Step 1: m07 (second group) and m09 (no labels) come online, served at once
+            with (
+                running_agents(broker_settings, agents_dir, [7], adjust=quick) as (late,),
+                running_agents(broker_settings, agents_dir, [9], adjust=live) as (sensor,),
+            ):
 
-                def served() -> bool:
-                    active = late.diagnoser.active
-                    return active is not None and active.cluster_id == group_b
+                def serves(agent: Any, cluster: str) -> bool:
+                    active = agent.diagnoser.active
+                    return active is not None and active.cluster_id == cluster
 
-                wait_until(served, TIMEOUT_S, "m07 diagnosing with its cluster's model")
+                wait_until(
+                    lambda: serves(late, group_b) and serves(sensor, group_a),
+                    TIMEOUT_S,
+                    "m07 and m09 loading their cluster's model",
+                )
                 late_model = late.diagnoser.active
                 placed = wait_for_status(
-                    status_config, capsys, "m07 placed in faultfleet status",
-                    lambda d: (agent_rows(d).get("m07") or {}).get("placement") is not None
-                    and agent_rows(d)["m07"]["serving_model_version"] is not None,
+                    status_config, capsys, "m07 and m09 placed in faultfleet status",
+                    lambda d: all(
+                        (agent_rows(d).get(a) or {}).get("placement") is not None
+                        and agent_rows(d)[a]["serving_model_version"] is not None
+                        for a in ("m07", "m09")
+                    ),
                 )  # fmt: skip
                 note = service.newcomers.book.placements["m07"]  # type: ignore[union-attr]
 
@@ -186,6 +202,8 @@ def test_a_newcomer_is_served_at_once_new_labels_retrain_and_the_gate_and_rollba
                     == ("c2", "done"),
                 )  # fmt: skip
                 strategy = service.engine.strategy  # type: ignore[union-attr]
+                wait_until(lambda: serves(sensor, group_b), TIMEOUT_S, "m09 following m07")
+                followed = status_of(status_config, capsys)
                 trained = sample_value(
                     late.metrics.registry, "faultfleet_local_training_seconds_count"
                 )
@@ -205,7 +223,7 @@ def test_a_newcomer_is_served_at_once_new_labels_retrain_and_the_gate_and_rollba
                     {group_b: worse},
                     dict.fromkeys(b_agents, group_b),
                 )
-                b_services = [a for a in [*members, late] if a.agent_id in b_agents]
+                b_services = [a for a in [*members, late, sensor] if a.agent_id in b_agents]
                 kept = {a.agent_id: a.diagnoser.active.version for a in b_services}  # type: ignore[union-attr]
                 after_gate = status_of(status_config, capsys)
 
@@ -248,7 +266,11 @@ def test_a_newcomer_is_served_at_once_new_labels_retrain_and_the_gate_and_rollba
     assert row["placement"]["cluster_id"] == group_b
     assert row["placement"]["verified"] is True
     assert row["serving_model_version"] == note.model_version
-    assert [p["agent_id"] for p in placed["coordinator"]["placements"]] == ["m07"]
+    blind = agent_rows(placed)["m09"]
+    assert (blind["can_train"], blind["placement"]["verified"]) == (False, False)
+    assert blind["placement"]["basis"] == "most_members"
+    assert blind["placement"]["cluster_id"] == group_a  # 3 members each: the first
+    assert sorted(p["agent_id"] for p in placed["coordinator"]["placements"]) == ["m07", "m09"]
 
     # Assert step 2: new labels started c2, in which m07 joined its cluster and trained
     assert campaign(second)["trigger"] == "labels"
@@ -257,6 +279,8 @@ def test_a_newcomer_is_served_at_once_new_labels_retrain_and_the_gate_and_rollba
     assert trained > 0
     joined = {p["agent_id"]: p for p in second["coordinator"]["placements"]}["m07"]
     assert joined["joined_round"] == campaign(second)["start_round"] + 1
+    assert agent_rows(followed)["m09"]["placement"]["cluster_id"] == group_b  # 4 against 3
+    assert agent_rows(followed)["m09"]["placement"]["verified"] is False
 
     # Assert step 3: the swapped-label candidate was rejected; the agents kept their version
     record = registry.record(group_b, rejected_version)
