@@ -133,7 +133,7 @@ def render_table(snapshot: dict[str, Any]) -> str:
     promotions = (snapshot["coordinator"] or {}).get("recent_promotions") or []
     lines.append("")
     lines.append("recent promotions: " + (MISSING if not promotions else ""))
-    lines += [f"  {_promotion(p, now)}" for p in promotions]
+    lines += [f"  {promotion_text(p, now)}" for p in promotions]
     placements = (snapshot["coordinator"] or {}).get("placements") or []
     if placements:
         lines += ["", "placed when they joined:"]
@@ -143,7 +143,7 @@ def render_table(snapshot: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _promotion(promotion: Any, now: float) -> str:
+def promotion_text(promotion: Any, now: float) -> str:
     """``cluster-0 v7 promoted 0.912 vs 0.900 (c2, round 12, 3 min ago)`` for a promotion
     note; any other value as ``key value`` pairs."""
     if not isinstance(promotion, dict):
