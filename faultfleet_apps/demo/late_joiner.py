@@ -31,12 +31,13 @@ class LateJoin:
     server_round : int
         The federation's round when it came online.
     after_campaign_s : float
-        Seconds from the end of the campaign to its coming online.
+        Seconds from the end of the campaign to the coordinator finding it online.
     placement : dict
         The coordinator's placement note (:class:`~faultfleet.wire.campaign_messages.
         PlacementNote` as JSON): cluster, version, basis, scores.
     first_diagnosis_s : float
-        Seconds from its ``online`` status to its first diagnosis, both as received.
+        Seconds from the coordinator finding it online (``seen_at``: the poll after its
+        ``online`` status) to its first diagnosis received; both clocks are this host's.
     first_version, first_cluster
         Model version and cluster of that diagnosis.
     """
@@ -75,8 +76,7 @@ def join_late(
             return None
         placement = monitor.placement(agent_id)
         first = monitor.first_diagnosis(agent_id)
-        online = monitor.online_at.get(agent_id)
-        if placement is not None and first is not None and online is not None:
+        if placement is not None and first is not None:
             break
         if time.monotonic() > deadline:
             raise RuntimeError(
@@ -85,6 +85,7 @@ def join_late(
                 f"{first is not None}); see the logs"
             )
     received, diagnosis = first
+    online = float(placement["seen_at"])
     return LateJoin(
         agent_id=agent_id,
         server_round=monitor.server_round(),
@@ -132,10 +133,10 @@ def format_late(
         else f"hidden group {own}; the cluster holds groups {sorted(set(groups))}"
     )
     return [
-        f"late machine {late.agent_id}: came online {late.after_campaign_s:.0f} s after the "
+        f"late machine {late.agent_id}: found online {late.after_campaign_s:.0f} s after the "
         f"campaign ended (round {late.server_round}); placed on {note['cluster_id']} "
         f"v{note['model_version']} by {why} — {verdict}",
-        f"  first diagnosis {late.first_diagnosis_s:.1f} s after it came online, with "
+        f"  first diagnosis {late.first_diagnosis_s:.1f} s after the coordinator found it, with "
         f"{late.first_cluster} v{late.first_version}; it trains with its cluster from the "
         "next campaign",
     ]

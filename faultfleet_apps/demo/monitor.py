@@ -1,9 +1,9 @@
 """What the fleet demo watches on the broker: the coordinator, the agents and their diagnoses.
 
 :class:`FleetMonitor` logs in as the read-only ``historian`` account and follows the
-coordinator's retained status (rounds, campaign, placements), the agents' statuses (when
-each first came online) and their live diagnoses (when each first diagnosed with a model,
-and with which version), and counts the diagnoses of a time window.
+coordinator's retained status (rounds, campaign, placements) and the agents' live
+diagnoses (when each first diagnosed with a model, and with which version), and counts the
+diagnoses of a time window.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from faultfleet.wire.codec import WireError, parse_envelope
-from faultfleet.wire.messages import AgentStatus, CoordinatorStatus, Diagnosis
+from faultfleet.wire.messages import CoordinatorStatus, Diagnosis
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.topics import Topics
@@ -26,7 +26,6 @@ from faultfleet.wire.topics import Topics
 logger = logging.getLogger(__name__)
 
 _STATUS = TypeAdapter(CoordinatorStatus)
-_AGENT = TypeAdapter(AgentStatus)
 _DIAGNOSIS = TypeAdapter(Diagnosis)
 
 
@@ -45,7 +44,7 @@ class LiveCounts:
 
 
 class FleetMonitor:
-    """Subscribes to the coordinator's status, the agents' statuses and their diagnoses.
+    """Subscribes to the coordinator's status and the agents' diagnoses.
 
     Parameters
     ----------
@@ -59,30 +58,15 @@ class FleetMonitor:
         self.clock = clock
         self.lock = threading.Lock()
         self.status: CoordinatorStatus | None = None
-        self.online_at: dict[str, float] = {}
-        """When each agent's first ``online`` status was received (Unix time)."""
         self.live = LiveCounts()
         self.connection = MqttConnection(client_id="faultfleet-demo-monitor", settings=settings)
         self.connection.route(self.topics.coordinator_status(), self._on_status)
-        self.connection.route(self.topics.all_agent_status(), self._on_agent)
         self.connection.route(self.topics.all_diagnoses(), self._on_diagnosis)
 
     def _on_status(self, topic: str, payload: bytes) -> None:
         if payload:
             with self.lock:
                 self.status = parse_envelope(_STATUS, payload)
-
-    def _on_agent(self, topic: str, payload: bytes) -> None:
-        if not payload:
-            return
-        try:
-            status = parse_envelope(_AGENT, payload)
-        except WireError as error:
-            logger.warning("bad agent status on %s: %s", topic, error)
-            return
-        if status.state == "online":
-            with self.lock:
-                self.online_at.setdefault(status.agent_id, self.clock())
 
     def _on_diagnosis(self, topic: str, payload: bytes) -> None:
         try:
