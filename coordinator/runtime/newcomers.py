@@ -110,9 +110,10 @@ class Newcomers:
             return False
         if not table.clusters:
             return False  # nothing is served yet: the first publication places them
+        found = self.clock()
         due, changed = self._due(table)
         if due:
-            self._place(due, table)
+            self._place(due, table, found)
         if due or changed:
             self.store.save(self.book)
             self.summary.placements = self.notes()
@@ -165,8 +166,9 @@ class Newcomers:
         counts = Counter(c for a, c in table.agents.items() if a in members)
         return {cid: counts.get(cid, 0) for cid in table.clusters}
 
-    def _place(self, agents: Sequence[str], table: ServingTable) -> None:
-        """Offer the serving versions to ``agents``, record and serve their placements."""
+    def _place(self, agents: Sequence[str], table: ServingTable, found: float) -> None:
+        """Offer the serving versions to ``agents`` (found needing it at ``found``, Unix
+        time), record and serve their placements."""
         self.book.offers += 1
         suffix = f"/offer{self.book.offers}"
         by_key: dict[str, str] = {}
@@ -194,7 +196,7 @@ class Newcomers:
         assign: dict[str, str] = {}
         for agent in agents:
             placement = placed[agent]
-            note = self._note(placement, by_key, table, windows.get(agent, 0), now)
+            note = self._note(placement, by_key, table, windows.get(agent, 0), (found, now))
             if agent in self.summary.agents:
                 if not self._moves(placement, by_key, table.agents.get(agent)):
                     continue
@@ -212,7 +214,7 @@ class Newcomers:
         by_key: Mapping[str, str],
         table: ServingTable,
         windows: int,
-        now: float,
+        times: tuple[float, float],
     ) -> Note:
         cid = by_key[placement.key]
         old = self.book.placements.get(placement.client_id)
@@ -233,8 +235,8 @@ class Newcomers:
             ),
             note=placement.note,
             labelled_windows=windows,
-            seen_at=now if old is None else old.seen_at,
-            placed_at=now,
+            seen_at=times[0] if old is None else old.seen_at,
+            placed_at=times[1],
             server_round=self.engine.server_round,
         )
 

@@ -95,8 +95,10 @@ class PlacementNote(_Note):
     """Already a member of the federation (its labelled data changed)."""
     labelled_windows: NonNegative = 0
     seen_at: float = 0.0
-    """When the coordinator found it needed placing (its Unix time)."""
+    """When the coordinator first found it needed placing: the start of the pass that
+    placed it the first time (its Unix time)."""
     placed_at: float = 0.0
+    """When its latest placement was decided, after its evaluations came back."""
     server_round: NonNegative = 0
     joined_round: NonNegative | None = None
     """The first round it trains in, once it joined the federation; None before."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import partial
+from itertools import count
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -104,7 +106,7 @@ def newcomers_of(fleet: Fleet, engine: Any) -> Newcomers:
         fleet.store,
         fleet.summary,
         margin=0.05,
-        clock=lambda: 2000.0,
+        clock=partial(next, count(2000.0)),
     )
 
 
@@ -182,6 +184,7 @@ def test_labels_place_an_unverified_machine_again_with_a_new_offer(served: Fleet
     fleet = served
     online(fleet, "m03", 0, can_train=False)
     fleet.newcomers.serve()
+    first = fleet.newcomers.book.placements["m03"]
     fleet.fleet.scores = {
         ("m03", _digest(fleet.weights["cluster-0"])): (1.9, 0.5),
         ("m03", _digest(fleet.weights["cluster-1"])): (0.3, 0.9),
@@ -192,7 +195,8 @@ def test_labels_place_an_unverified_machine_again_with_a_new_offer(served: Fleet
 
     note = fleet.newcomers.book.placements["m03"]
     assert (note.cluster_id, note.verified, note.labelled_windows) == ("cluster-1", True, 25)
-    assert note.seen_at == 2000.0
+    assert first.seen_at < first.placed_at < note.placed_at
+    assert note.seen_at == first.seen_at  # found once, placed again
     assert all(key.endswith("/offer2") for key in fleet.fleet.keys)
     assert fleet.promotion.registry.serving().agents["m03"] == "cluster-1"
 
