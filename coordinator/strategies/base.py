@@ -7,8 +7,8 @@ any number of models at once, keyed by name.
 
 A strategy is pure: no clock, no I/O, randomness only from the generator it is given. Its
 whole state round-trips through :meth:`Strategy.state_dict` / :meth:`Strategy.load_state_dict`
-(arrays plus JSON-ready metadata), which is what makes a resumed run identical to an
-uninterrupted one.
+(arrays plus JSON-ready metadata): a resumed run is identical to an uninterrupted one.
+Clients may join (placed on a model their evaluation chose) and leave between rounds.
 
 Hyper-parameters follow scikit-learn's contract: ``__init__(self, *, ...)`` stores each under
 its own name and does nothing else. Each class declares them once, in its
@@ -16,8 +16,7 @@ its own name and does nothing else. Each class declares them once, in its
 :meth:`Strategy.check_parameters` checks the values against it: the registry calls it right
 after building a strategy, so a bad ``--option`` stops before anything runs, and
 :meth:`Strategy.initialize` and :meth:`Strategy.load_state_dict` call it again for values set
-later. Rules that tie two parameters together are a strategy's
-:meth:`Strategy._check_parameter_rules`.
+later. Rules that tie two parameters are a strategy's :meth:`Strategy._check_parameter_rules`.
 """
 
 from __future__ import annotations
