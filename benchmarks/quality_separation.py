@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.strategies.flacc import FLACC, RULES
+from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.flacc_parameters import RULES
 from coordinator.strategies.quality import assess
 from faultfleet.scoring import clustering_scores
 

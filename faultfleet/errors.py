@@ -9,8 +9,8 @@
     │   ├── MetricsServerError     the metrics port cannot be bound; also OSError (metrics_http)
     │   ├── RecordingError         a recording that cannot be used (signal_pipeline.recording)
     │   ├── StateError             a state folder that cannot be read (coordinator.engine.state)
-    │   ├── MembershipError        joins or leaves for a strategy that keeps its clients;
-    │   │                          also RuntimeError (coordinator.engine.rounds)
+    │   ├── PlacementStoreError    a placements file that is unreadable; also RuntimeError
+    │   │                          (coordinator.adapters.placement_store)
     │   ├── ServiceError           a state folder of another run; also RuntimeError
     │   │                          (coordinator.runtime.checkpoint)
     │   ├── RegistryError          a model registry file that is missing or corrupt; also

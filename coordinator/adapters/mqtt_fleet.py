@@ -17,16 +17,17 @@ it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_answers import AnswerCollector
 from coordinator.adapters.mqtt_probes import gradient_outcome, losses_outcome
 from coordinator.adapters.presence import AgentRegistry
-from coordinator.adapters.round_tasks import QuorumError
-from coordinator.adapters.task_frames import TaskFrames
+from coordinator.adapters.round_tasks import Pending, QuorumError
+from coordinator.adapters.task_frames import Frame, TaskFrames
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.tasks import (
     EvaluateOutcome,
@@ -117,6 +118,7 @@ class MqttFleet:
         )
         self._round_available: list[str] | None = None
         self._replaying = False
+        self._dispatching = threading.Lock()
         self.answers = AnswerCollector(
             connection,
             topics,
@@ -164,6 +166,15 @@ class MqttFleet:
     def waiting_for(self) -> list[str]:
         """Agents with a task of the round in flight still unanswered; empty between rounds."""
         return self.answers.waiting_for()
+
+    def _dispatch(
+        self, frames: Sequence[Frame], *, replay: Mapping[str, bytes]
+    ) -> tuple[list[Pending], int]:
+        """:meth:`AnswerCollector.dispatch`, one at a time: a round's tasks, the gate's
+        evaluations, a newcomer's offer, or those of another thread (an operator's tool)
+        wait for the dispatch in flight."""
+        with self._dispatching:
+            return self.answers.dispatch(frames, replay=replay)
 
     # -- Fleet protocol ------------------------------------------------------------------
 
@@ -221,7 +232,7 @@ class MqttFleet:
         Updates the journal holds for this round are taken from there, not asked for again.
         """
         frames = self.frames.fit(server_round, tasks)
-        collection, bytes_down = self.answers.dispatch(frames, replay=self.journal.accepted())
+        collection, bytes_down = self._dispatch(frames, replay=self.journal.accepted())
         results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         bytes_up = sum(p.bytes_up for p in collection)
@@ -229,7 +240,7 @@ class MqttFleet:
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
-        collection, _ = self.answers.dispatch(self.frames.evaluate(server_round, tasks), replay={})
+        collection, _ = self._dispatch(self.frames.evaluate(server_round, tasks), replay={})
         results = tuple(p.result for p in collection if isinstance(p.result, EvaluateResult))
         failures = tuple(p.failure for p in collection if p.failure is not None)
         return EvaluateOutcome(results, failures)
@@ -237,14 +248,14 @@ class MqttFleet:
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
         """Losses probes: one result or failure per task; the round's quorum applies."""
         frames = self.frames.losses(server_round, tasks)
-        outcome = losses_outcome(*self.answers.dispatch(frames, replay={}))
+        outcome = losses_outcome(*self._dispatch(frames, replay={}))
         self._check_quorum(server_round, "losses answers", tasks, outcome.results)
         return outcome
 
     def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
         """Gradient probes: one result or failure per task; the round's quorum applies."""
         frames = self.frames.gradients(server_round, tasks)
-        outcome = gradient_outcome(*self.answers.dispatch(frames, replay={}))
+        outcome = gradient_outcome(*self._dispatch(frames, replay={}))
         self._check_quorum(server_round, "gradient answers", tasks, outcome.results)
         return outcome
 

@@ -19,7 +19,7 @@ any round ends identical to an uninterrupted one with the same seed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -94,10 +94,6 @@ class EvaluationReport:
         return {r.client_id: r.accuracy for r in self.results}
 
 
-class MembershipError(UsageError, RuntimeError):
-    """Clients joined or left a run whose strategy keeps the clients it started with."""
-
-
 class RoundEngine:
     """Federated rounds for one strategy over one fleet.
 
@@ -137,39 +133,31 @@ class RoundEngine:
         self.model_factory = model_factory
         strategy.initialize(fleet.client_ids(), model_factory)
 
-    def add_clients(self, client_ids: Sequence[str]) -> None:
+    def add_clients(
+        self, client_ids: Sequence[str], assigned: Mapping[str, str] | None = None
+    ) -> None:
         """Register clients joining between rounds; the fleet must reach them from the next
         round on (the service updates the MQTT fleet's members right after).
 
+        ``assigned`` maps a joining client to the model key its own evaluation chose
+        (:mod:`coordinator.engine.placement`); the others join by the strategy's rule.
+
         Raises
         ------
-        MembershipError
-            The strategy keeps the clients it started with.
         ValueError
-            An id is repeated or already registered.
+            An id is repeated or already registered, or an assigned key serves no client.
         """
-        self._check_membership("join")
-        self.strategy.add_clients(client_ids, self.model_factory)
+        self.strategy.add_clients(client_ids, self.model_factory, assigned)
 
     def remove_clients(self, client_ids: Sequence[str]) -> None:
         """Unregister clients leaving for good, between rounds.
 
         Raises
         ------
-        MembershipError
-            The strategy keeps the clients it started with.
         ValueError
             An id is unknown, or no client would be left.
         """
-        self._check_membership("leave")
         self.strategy.remove_clients(client_ids)
-
-    def _check_membership(self, what: str) -> None:
-        if not self.strategy.dynamic_membership:
-            raise MembershipError(
-                f"clients cannot {what} a run of strategy {self.strategy.name!r}: it keeps the "
-                "clients it started with (start a new run to change them)"
-            )
 
     def run_round(self) -> RoundReport:
         """Run the next round; returns its report."""

@@ -14,8 +14,8 @@ start --recluster`` starts the strategy afresh instead (:func:`restart_strategy`
 the first start.
 
 **Newcomers.** :attr:`CampaignRunner.serve_newcomers` is called between campaigns (every
-poll) and before every round: the place where a machine that joined is offered the cluster
-models and served at once. It does nothing by default.
+poll) and before every round: a machine that joined is offered the cluster models and
+served at once there (:mod:`coordinator.runtime.newcomers`).
 """
 
 from __future__ import annotations
@@ -147,8 +147,9 @@ class CampaignRunner:
         serving = self.loop.serving
         version = serving.summary.model_version
         serving.apply_requests()
-        if serving.summary.model_version != version:
+        if serving.summary.model_version != version:  # a pin or rollback: report it
             self.loop.checkpoint.write_summary(serving.summary)
+            self.publish_status("online")
         self.serve_newcomers()
         changed = self._observe_counts()
         pending = self._pending()

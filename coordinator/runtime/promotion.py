@@ -250,6 +250,24 @@ class ModelPromotion:
         self.metrics.set_serving_versions({c: e.version for c, e in clusters.items()})
         return sent
 
+    def assign(self, agents: Mapping[str, str]) -> int:
+        """Serve ``agents`` (agent → cluster id) their cluster's serving version at once: a
+        signed assignment to each whose cluster or version changed; the bytes sent.
+
+        Raises
+        ------
+        RegistryError
+            A cluster has no serving version.
+        """
+        table = self.registry.serving()
+        unknown = sorted(set(agents.values()) - set(table.clusters))
+        if unknown:
+            raise RegistryError(f"no version serves cluster(s) {', '.join(unknown)}")
+        wanted = ServingTable(clusters=table.clusters, agents={**table.agents, **agents})
+        sent = self._settle(wanted, table)
+        self.metrics.payload_sent_bytes.inc(sent)
+        return sent
+
     def report_serving(self) -> None:
         """Set the serving-version metric from the registry (at start, after a restart)."""
         try:

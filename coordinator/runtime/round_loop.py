@@ -1,9 +1,9 @@
 """The rounds of a campaign, once the service has set the run up.
 
 :class:`RoundLoop` runs rounds from the engine's current one to the campaign's last
-(``end_round``, :mod:`coordinator.runtime.campaigns`). Per round:
-let agents join and leave the federation (strategies that allow it,
-:mod:`coordinator.runtime.membership`), fix the available agents, run the round through the
+(``end_round``, :mod:`coordinator.runtime.campaigns`). Per round: let placed agents join
+the federation and retired ones leave (:mod:`coordinator.runtime.membership`,
+:mod:`coordinator.runtime.newcomers`), fix the available agents, run the round through the
 :class:`~coordinator.adapters.mqtt_fleet.MqttFleet`, save the whole state (atomically,
 :mod:`coordinator.runtime.checkpoint`), update the metrics; evaluate every ``eval_every`` rounds;
 export and publish the cluster models every ``publish_every`` rounds and after the
@@ -35,6 +35,7 @@ from coordinator.adapters.round_tasks import QuorumError, RoundAbortedError
 from coordinator.engine.rounds import RoundEngine, RoundReport
 from coordinator.runtime.checkpoint import ServiceCheckpoint
 from coordinator.runtime.membership import MembershipSync
+from coordinator.runtime.newcomers import Newcomers
 from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.quality_watch import QualityWatch
 from coordinator.runtime.run_summary import RunSummary
@@ -56,6 +57,7 @@ class LiveRun:
     publisher: ModelPublisher
     summary: RunSummary
     promotion: ModelPromotion
+    newcomers: Newcomers
 
 
 def _go_on() -> bool:
@@ -162,7 +164,9 @@ class RoundLoop:
                     lambda: (
                         bool(live.fleet.online_clients())
                         or stop.is_set()
-                        or self.membership.has_newcomers(live.engine, live.summary.agents)
+                        or self.membership.has_newcomers(
+                            live.summary.agents, live.newcomers.joins()
+                        )
                     ),
                     max(1.0, run.retry_wait_s),
                 )
@@ -221,13 +225,24 @@ class RoundLoop:
         self.checkpoint.save(self.live.engine, self.live.summary, self.live.publisher)
 
     def _sync_membership(self) -> None:
-        """Between rounds: agents that came online join, retired agents leave (if they may)."""
+        """Between rounds: placed agents join, members whose data moved them move, retired
+        agents leave."""
         live = self.live
-        after = self.membership.apply(live.engine, live.fleet, live.summary.agents)
+        moves = live.newcomers.moves()
+        after = self.membership.apply(
+            live.engine,
+            live.fleet,
+            live.summary.agents,
+            placed=live.newcomers.joins(),
+            moves=moves,
+        )
         if after is live.summary.agents:
+            if moves:
+                live.newcomers.settled(after)
             return
         left = set(live.summary.agents) - set(after)
         live.summary.agents = after
+        live.newcomers.settled(after)
         for agent in left:
             live.summary.accuracy_by_agent.pop(agent, None)
             # A retained assignment would greet the agent if it ever came back.

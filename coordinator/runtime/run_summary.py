@@ -41,6 +41,9 @@ class RunSummary:
     recent_promotions: list[dict[str, Any]] = field(default_factory=list)
     """The newest decisions about cluster model versions, oldest first
     (:class:`faultfleet.wire.campaign_messages.PromotionNote`)."""
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    """Where machines that joined (or whose data changed) were placed, as the coordinator's
+    status reports them (:class:`faultfleet.wire.campaign_messages.PlacementNote`)."""
     privacy: dict[str, Any] | None = None
     """With differential privacy on, the privacy spent so far
     (:meth:`coordinator.strategies.privacy.PrivacyReport.to_json`: ε, δ, σ, C, q, rounds)."""

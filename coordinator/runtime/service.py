@@ -16,7 +16,10 @@ strategy) and runs the loop:
    publish those the promotion gate passes (:mod:`coordinator.runtime.serving`,
    :mod:`coordinator.runtime.promotion`);
 3. between campaigns keep serving (presence, metrics, retained models) until stopped,
-   publishing the pins and rollbacks operators ask for (``faultfleet models``).
+   publishing the pins and rollbacks operators ask for (``faultfleet models``);
+4. between campaigns at every poll and before every round, place every agent that joined
+   (or whose data changed) on the serving cluster model that fits its validation windows
+   best and serve it at once (:mod:`coordinator.runtime.newcomers`).
 
 A round that misses its quorum is rolled back and tried again after ``retry_wait_s``.
 
@@ -36,7 +39,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from pydantic import TypeAdapter
 
@@ -45,6 +47,7 @@ from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.model_registry import ModelRegistry
 from coordinator.adapters.mqtt_fleet import MqttFleet
+from coordinator.adapters.placement_store import PlacementStore
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.publisher import ModelPublisher
 from coordinator.engine.rounds import RoundEngine
@@ -52,53 +55,28 @@ from coordinator.runtime.campaign_book import CampaignBook, LabelledCounts
 from coordinator.runtime.campaigns import CampaignRunner
 from coordinator.runtime.checkpoint import SavedRun, ServiceCheckpoint
 from coordinator.runtime.membership import MembershipSync
+from coordinator.runtime.newcomers import Newcomers
 from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.round_loop import LiveRun, RoundLoop
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.settings import CoordinatorSettings
+from coordinator.runtime.signing_key import signing_key
 from coordinator.strategies.privacy import check_accountant
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import Averaging
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.models.weights import parameter_count
 from faultfleet.models.zoo import build_model, model_factory
-from faultfleet.wire.campaign_messages import CampaignNote, PromotionNote
+from faultfleet.wire.campaign_messages import CampaignNote, PlacementNote, PromotionNote
 from faultfleet.wire.codec import RejectReason, WireError, parse_envelope
 from faultfleet.wire.messages import AgentStatus, CoordinatorStatus, ModelSpec
 from faultfleet.wire.mqtt import MqttConnection, Will
-from faultfleet.wire.signing import SigningKey
 from faultfleet.wire.topics import Topics
 
 logger = logging.getLogger(__name__)
 
 _STATUS = TypeAdapter(AgentStatus)
 CLIENT_ID = "faultfleet-coordinator"
-
-
-def signing_key(key_file: Path | None, state_dir: Path) -> SigningKey:
-    """The key of ``signing.key_file``; without one, ``state_dir/signing.key``, made if absent.
-
-    Raises
-    ------
-    faultfleet.wire.signing.KeyFileError
-        The configured file is missing or unusable.
-    """
-    if key_file is not None:
-        return SigningKey.load(key_file)
-    path = state_dir / "signing.key"
-    if path.exists():
-        return SigningKey.load(path)
-    key = SigningKey.generate()
-    key.save(path)
-    logger.warning(
-        "created the signing key %s (key id %s); every agent must trust its public key: "
-        'add "%s" to [signing] trusted_keys (`faultfleet keys show --key %s` prints it again)',
-        path,
-        key.key_id,
-        key.public_text,
-        path,
-    )
-    return key
 
 
 class CoordinatorService:
@@ -143,6 +121,7 @@ class CoordinatorService:
         self.engine: RoundEngine | None = None
         self.publisher: ModelPublisher | None = None
         self.summary: RunSummary | None = None
+        self.newcomers: Newcomers | None = None
         self.registry = AgentRegistry(on_offline=self._agent_offline, on_online=self._agent_online)
         self.labelled = LabelledCounts()
         self.campaigns = CampaignBook(
@@ -231,6 +210,9 @@ class CoordinatorService:
             recent_promotions=tuple(
                 PromotionNote.model_validate(p)
                 for p in (summary.recent_promotions if summary else [])
+            ),
+            placements=tuple(
+                PlacementNote.model_validate(p) for p in (summary.placements if summary else [])
             ),
         )
         return status.model_dump_json().encode()
@@ -337,7 +319,19 @@ class CoordinatorService:
             clock=self.clock,
         )
         promotion.report_serving()
-        return LiveRun(self.engine, self.fleet, self.publisher, self.summary, promotion)
+        newcomers = Newcomers(
+            self.engine,
+            self.fleet,
+            promotion,
+            self.registry,
+            self.labelled,
+            PlacementStore(self.state_dir),
+            self.summary,
+            margin=self.settings.models.promotion_margin,
+            clock=self.clock,
+        )
+        self.newcomers = newcomers
+        return LiveRun(self.engine, self.fleet, self.publisher, self.summary, promotion, newcomers)
 
     def _wait_for_agents(self, stop: threading.Event) -> list[str] | None:
         wanted = self.settings.run.min_agents
@@ -392,5 +386,10 @@ class CoordinatorService:
         )
 
     def serve_newcomers(self) -> None:
-        """Between campaigns and before every round: serve agents that joined (a hook;
-        nothing yet: a newcomer is served by its strategy's membership rules)."""
+        """Between campaigns and before every round: place and serve agents that joined
+        (:mod:`coordinator.runtime.newcomers`), then report them."""
+        if self.newcomers is None or self.summary is None:
+            return
+        if self.newcomers.serve():
+            self.checkpoint.write_summary(self.summary)
+            self._publish_status("online")

@@ -1,8 +1,9 @@
 """Which model serves each agent, the clusters that makes, and publishing their models.
 
 The strategy names the models that may serve an agent (``predict_models``); an agent gets
-the one it was last evaluated with while that is still a candidate (IFCA's choice), and
-the first candidate otherwise.
+the one it was last evaluated with while that is still a candidate (IFCA's choice), else
+the strategy's own answer (``model_key_for``: IFCA's latest choice, the cluster a newcomer
+was placed on) when it is a candidate, and the first candidate otherwise.
 Agents served by the same model form a cluster (:func:`~coordinator.adapters.publisher.cluster_id`):
 :class:`ModelServing` writes the clusters and their test accuracy to the run summary and the
 metrics — each the agents' self-reported accuracies averaged with the highest and lowest
@@ -63,14 +64,15 @@ class ModelServing:
         """Agent → model key that serves it (IFCA: the candidate it chose when evaluated).
 
         An agent whose model was never trained (a FAACL newcomer) is left out: it keeps
-        the model it had, if any, until its cluster's first update.
+        the model it was placed on (:mod:`coordinator.runtime.newcomers`) until then.
         """
+        strategy = self.engine.strategy
         serving: dict[str, str] = {}
         for agent in self.summary.agents:
-            if not self.engine.strategy.model_ready(agent):
+            if not strategy.model_ready(agent):
                 continue
-            candidates = self.engine.strategy.predict_models(agent)
-            chosen = self._chosen_keys.get(agent, candidates[0])
+            candidates = strategy.predict_models(agent)
+            chosen = self._chosen_keys.get(agent, strategy.model_key_for(agent))
             serving[agent] = chosen if chosen in candidates else candidates[0]
         return serving
 

@@ -312,3 +312,24 @@ def _check(alpha: Float64Array, members: Sequence[IntArray]) -> None:
         raise ValueError("entities must be disjoint: a client appears in two of them")
     if len(flat) and (flat.min() < 0 or flat.max() >= alpha.shape[0]):
         raise ValueError(f"entities name clients outside 0 … {alpha.shape[0] - 1}")
+
+
+def entities_after_leaving(
+    entities: Sequence[Entity], kept: Sequence[int], *, keep_empty: bool
+) -> list[Entity]:
+    """The entities once only the clients at old positions ``kept`` remain, renumbered.
+
+    Parameters
+    ----------
+    entities : sequence of Entity
+        Over the old positions.
+    kept : sequence of int
+        Old positions of the remaining clients, in order: the new position of ``kept[i]``
+        is ``i``.
+    keep_empty : bool
+        Keep an entity every member of which left, as an empty tuple at its place (FLACC
+        after separation, where an entity's place names its model); else drop it.
+    """
+    new_position = {old: new for new, old in enumerate(kept)}
+    after = [tuple(new_position[i] for i in e if i in new_position) for e in entities]
+    return [e for e in after if e or keep_empty]

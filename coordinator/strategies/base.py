@@ -7,8 +7,8 @@ any number of models at once, keyed by name.
 
 A strategy is pure: no clock, no I/O, randomness only from the generator it is given. Its
 whole state round-trips through :meth:`Strategy.state_dict` / :meth:`Strategy.load_state_dict`
-(arrays plus JSON-ready metadata), which is what makes a resumed run identical to an
-uninterrupted one.
+(arrays plus JSON-ready metadata): a resumed run is identical to an uninterrupted one.
+Clients may join (placed on a model their evaluation chose) and leave between rounds.
 
 Hyper-parameters follow scikit-learn's contract: ``__init__(self, *, ...)`` stores each under
 its own name and does nothing else. Each class declares them once, in its
@@ -16,8 +16,7 @@ its own name and does nothing else. Each class declares them once, in its
 :meth:`Strategy.check_parameters` checks the values against it: the registry calls it right
 after building a strategy, so a bad ``--option`` stops before anything runs, and
 :meth:`Strategy.initialize` and :meth:`Strategy.load_state_dict` call it again for values set
-later. Rules that tie two parameters together are a strategy's
-:meth:`Strategy._check_parameter_rules`.
+later. Rules that tie two parameters are a strategy's :meth:`Strategy._check_parameter_rules`.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import numpy as np
 
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.evidence import Merge as Merge  # noqa: PLC0414 - re-exported
+from coordinator.strategies.joining import check_joining, check_leaving, served_keys
 from coordinator.strategies.parameters import FRACTION, Param, check_value, declared_in
 from coordinator.strategies.robust import Averaging, RoundTally
 from faultfleet.tasks import (
@@ -78,10 +78,6 @@ class Strategy(ABC):
     probes: ClassVar[bool] = False
     """True for strategies that probe clients (:meth:`configure_probe`); they need a
     :class:`~coordinator.engine.fleet.ProbingFleet`."""
-    dynamic_membership: ClassVar[bool] = False
-    """True for strategies that take clients joining and leaving during a run
-    (:meth:`add_clients`, :meth:`remove_clients`); the others keep the clients registered
-    by :meth:`initialize`."""
     clusters_learned: ClassVar[bool] = True
     """False for strategies whose clusters are given rather than learned (FedAvg, Local,
     Fixed): cluster quality has nothing to doubt there."""
@@ -131,47 +127,43 @@ class Strategy(ABC):
 
     # -- joining and leaving ---------------------------------------------------------------
 
-    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
-        """Clients joining during the run (strategies with :attr:`dynamic_membership`)."""
-        raise NotImplementedError(
-            f"strategy {self.name!r} keeps the clients it started with; clients can only "
-            "join a run of a strategy that supports it (faacl, fedavg)"
-        )
+    def join_candidates(self) -> tuple[str, ...]:
+        """Keys of the models a joining client may be assigned: those serving a client now."""
+        return served_keys(self)
+
+    def add_clients(
+        self,
+        client_ids: Sequence[str],
+        model_factory: ModelFactory,
+        assigned: Mapping[str, str] | None = None,
+    ) -> None:
+        """Clients joining between rounds; they are sampled from the next round on.
+
+        ``assigned`` maps some of them to the key (one of :meth:`join_candidates`) their own
+        evaluation chose; the others join by the strategy's rule (:mod:`.joining`).
+        """
+        joining, keys = check_joining(self, client_ids, assigned)
+        self._set_clients((*self.client_ids_, *joining))
+        self._join(joining, keys, model_factory)
 
     def remove_clients(self, client_ids: Sequence[str]) -> None:
-        """Clients leaving for good (strategies with :attr:`dynamic_membership`)."""
-        raise NotImplementedError(
-            f"strategy {self.name!r} keeps the clients it started with; clients can only "
-            "leave a run of a strategy that supports it (faacl, fedavg)"
-        )
+        """Clients leaving for good, between rounds; what they taught the models stays."""
+        leaving = check_leaving(self, client_ids)
+        kept = [i for i, c in enumerate(self.client_ids_) if c not in leaving]
+        self._set_clients(tuple(self.client_ids_[i] for i in kept))
+        self._leave(leaving, kept)
 
-    def _register(self, client_ids: Sequence[str]) -> list[str]:
-        """Append joining clients to the registration order; returns them as a list.
+    @abstractmethod
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        """Place clients just appended to the registration order; ``keys[c]`` is the model
+        key ``c`` was assigned, or None for the strategy's own rule."""
 
-        Raises a ValueError for a repeated or already registered id.
-        """
-        ids = list(client_ids)
-        if len(set(ids)) != len(ids):
-            raise ValueError("client ids must be unique")
-        known = sorted(set(ids) & set(self.client_ids_))
-        if known:
-            raise ValueError(f"clients already registered: {', '.join(known)}")
-        self._set_clients((*self.client_ids_, *ids))
-        return ids
-
-    def _check_leaving(self, client_ids: Sequence[str]) -> set[str]:
-        """Leaving clients as a set; a ValueError for an unknown id or if none would be left."""
-        leaving = set(client_ids)
-        unknown = sorted(leaving - set(self.client_ids_))
-        if unknown:
-            raise ValueError(f"unknown clients: {', '.join(unknown)}")
-        if leaving >= set(self.client_ids_):
-            raise ValueError("cannot remove every client: a strategy needs at least one")
-        return leaving
-
-    def _unregister(self, leaving: set[str]) -> None:
-        """Drop checked leaving clients from the registration order."""
-        self._set_clients(tuple(c for c in self.client_ids_ if c not in leaving))
+    @abstractmethod
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        """Forget clients just dropped from the registration order; ``kept`` holds the old
+        positions of the remaining clients, in their (unchanged) order."""
 
     def _set_clients(self, client_ids: Sequence[str]) -> None:
         """The registered clients, in registration order, and their positions."""

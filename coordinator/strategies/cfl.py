@@ -30,6 +30,11 @@ We follow Algorithm 1 of that paper:
 
 CFL needs every client's update every round, so it is only defined for ``fraction = 1.0``;
 FLACC (§II-C) names this full participation as CFL's main cost.
+
+A client joining later joins the cluster of the model it was assigned (else the cluster of
+most clients) and trains its model from the next round; until a round in which every
+member of that cluster answered, the cluster is not tested for a split. A cluster that
+every member left keeps its model.
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.cluster import AgglomerativeClustering
 
 from coordinator.strategies.aggregate import (
     cosine_similarity_matrix,
@@ -48,7 +52,9 @@ from coordinator.strategies.aggregate import (
     weighted_average,
 )
 from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.bipartition import bipartition_share, optimal_bipartition
 from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
+from coordinator.strategies.joining import grow_square, keep_square, most_served_key
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.parameters import FRACTION, Param
 from faultfleet.tasks import Failure, FitResult
@@ -58,56 +64,6 @@ logger = logging.getLogger(__name__)
 
 CRITERIA = ("norms", "similarity")
 """When CFL splits a cluster: Sattler et al.'s update norms, or the bipartition's similarity."""
-
-
-def optimal_bipartition(similarity: Float64Array) -> IntArray:
-    """Split clients in two so that the largest cross-similarity is smallest (FLACC Remark 3).
-
-    Parameters
-    ----------
-    similarity : array of shape (m, m), m >= 2
-        Pairwise cosine similarities of the clients' updates.
-
-    Returns
-    -------
-    array of shape (m,), int64
-        0 or 1 per client; the first client is always in half 0.
-    """
-    if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
-        raise ValueError(f"similarity must be a square matrix, got shape {similarity.shape}")
-    if similarity.shape[0] < 2:
-        raise ValueError(f"a bipartition needs at least 2 clients, got {similarity.shape[0]}")
-    distance = 1.0 - similarity
-    distance = np.clip((distance + distance.T) / 2.0, 0.0, None)
-    np.fill_diagonal(distance, 0.0)
-    linkage = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete")
-    labels = np.asarray(linkage.fit_predict(distance), dtype=np.int64)
-    return labels if labels[0] == 0 else 1 - labels
-
-
-def bipartition_share(similarity: Float64Array, halves: IntArray) -> float:
-    """Mean similarity across a bipartition over the mean similarity inside its halves.
-
-    Parameters
-    ----------
-    similarity : array of shape (m, m)
-        Cosine similarity of the members' updates.
-    halves : array of shape (m,)
-        0 or 1 per member (:func:`optimal_bipartition`).
-
-    Returns
-    -------
-    float
-        ``mean across / mean inside``; 1.0 (never split) when the halves hold no pair or
-        their members are not alike at all (mean inside <= 0).
-    """
-    first, second = np.flatnonzero(halves == 0), np.flatnonzero(halves == 1)
-    inside = np.concatenate(
-        [similarity[np.ix_(h, h)][np.triu_indices(len(h), k=1)] for h in (first, second)]
-    )
-    if inside.size == 0 or inside.mean() <= 0:
-        return 1.0
-    return float(similarity[np.ix_(first, second)].mean() / inside.mean())
 
 
 class CFL(Strategy):
@@ -236,6 +192,19 @@ class CFL(Strategy):
         self.last_shares_: dict[str, float] = {}
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
+
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        live = sorted(set(self.clusters_.values()))
+        for client in joining:
+            self.clusters_[client] = keys[client] or most_served_key(self, live, joining)
+        self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        for client in leaving:
+            del self.clusters_[client]
+        self.similarity_ = keep_square(self.similarity_, kept)
 
     def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
         return (self.clusters_[client_id],)

@@ -63,10 +63,12 @@ Decisions on what the paper leaves open (``shared/papers/README.md`` settles ver
   drawn last waits for the next level. Algorithm 1 as printed stops as soon as one partition
   remains, without running flat FAACL on it; we run it, or the last two halves would never
   be compared.
-- Joining (:meth:`FAACL.add_clients`): a new singleton cluster from ``model_factory(0)``,
-  trained first by its device when sampled; leaving (:meth:`FAACL.remove_clients`): the
-  device leaves its cluster, an emptied cluster is deleted with its model and removed from
-  every C.sup, and the partition it was in is tested again.
+- Joining (:meth:`FAACL.add_clients`): a new singleton cluster on a copy of the model the
+  device's own evaluation chose (else ``model_factory(0)``), trained first by its device
+  when sampled, and only then tested against the others (so a copy never merges with its
+  original on no evidence); leaving (:meth:`FAACL.remove_clients`): the device leaves its
+  cluster, an emptied cluster is deleted with its model and removed from every C.sup, and
+  the partition it was in is tested again.
 - Results and probe answers are validated: a device may only train its own cluster's model
   or one its cluster supports, and only the devices asked may answer a probe.
 
@@ -125,7 +127,6 @@ class FAACL(Strategy):
 
     name: ClassVar[str] = "faacl"
     probes: ClassVar[bool] = True
-    dynamic_membership: ClassVar[bool] = True
     parameters: ClassVar[tuple[Param, ...]] = (
         replace(
             FRACTION,
@@ -239,21 +240,20 @@ class FAACL(Strategy):
             loss_range=self.loss_range,
         )
 
-    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
-        """Devices joining the federation: each starts a singleton cluster (§4.4).
-
-        The new cluster's model is ``model_factory(0)``, the initial θ of everyone; it is
-        trained by its device when the device is sampled, and then enters the clustering.
-        """
-        joining = self._register(client_ids)
-        self.book_.new_singletons(joining, np.array(model_factory(0), dtype=np.float32))
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        """Each joining device starts a singleton cluster (§4.4) on a copy of the model it
+        was assigned, else on the initial θ; it enters the clustering once trained."""
+        for client in joining:
+            key = keys[client]
+            theta = model_factory(0) if key is None else self.models_[key]
+            self.book_.new_singletons([client], np.array(theta, dtype=np.float32))
         self.same_model_.resize(self.client_ids_)
 
-    def remove_clients(self, client_ids: Sequence[str]) -> None:
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
         """Devices leaving: out of their cluster; an emptied cluster is deleted (§4.4)."""
-        leaving = self._check_leaving(client_ids)
         self.book_.remove(leaving)
-        self._unregister(leaving)
         self.same_model_.resize(self.client_ids_)
         self.book_.reindex()
 

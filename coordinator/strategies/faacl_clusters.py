@@ -83,6 +83,7 @@ class FAACLClusters:
     def remove(self, leaving: set[str]) -> None:
         """Devices leaving: out of their cluster; an emptied cluster is deleted with its
         model and dropped from every C.sup, and its partition is tested again (§4.4)."""
+        touched: set[int] = set()
         for key in list(self.clusters):
             cluster = self.clusters[key]
             if not leaving & set(cluster.members):
@@ -93,7 +94,9 @@ class FAACLClusters:
                 for other in self.clusters.values():
                     other.supports.discard(key)
             if cluster.partition is not None:
-                self.retest(cluster.partition)
+                touched.add(cluster.partition)
+        for p in sorted(touched):  # once no cluster holds a leaving device
+            self.retest(p)
 
     def owner(self, client_id: str) -> str:
         """Key of the cluster ``client_id`` is a member of; a KeyError for an unknown one."""

@@ -63,12 +63,14 @@ Decisions on what the paper leaves open (``docs/federated.md`` gives the measure
 - A round in which no client answered changes nothing.
 - Checkpoints written when centres were keyed ``cluster/<n>`` load with their keys read as
   ``cluster-<n>``, the one spelling of cluster keys (:mod:`.keys`).
+- A client joining later starts its personalised model from a copy of the model it was
+  assigned (another client's) and joins that client's centre; without one, from the centre
+  of most clients. It is not served that copy (:meth:`FedAC.model_ready`) before it trained.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -76,8 +78,9 @@ import numpy as np
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.fedac_centres import FedACCentres, client_key, renamed_centre
+from coordinator.strategies.fedac_parameters import PARAMETERS
 from coordinator.strategies.keys import cluster_key
-from coordinator.strategies.parameters import FRACTION, Param
+from coordinator.strategies.parameters import Param
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult, ProximalTerm
 from faultfleet.types import FloatArray, ModelFactory
@@ -100,86 +103,7 @@ class FedAC(Strategy):
     """
 
     name: ClassVar[str] = "fedac"
-    parameters: ClassVar[tuple[Param, ...]] = (
-        replace(FRACTION, reference="FedAC §5.1: 25 of 100 clients"),
-        Param(
-            "n_clusters",
-            "int",
-            2,
-            "the initial number of clusters K (tuning changes it)",
-            "FedAC Algorithm 1",
-            low=1,
-        ),
-        Param(
-            "mu",
-            "float",
-            0.03,
-            "μ, the pull of the whole model towards the client's cluster centre",
-            "FedAC eq. 3",
-            low=0.0,
-        ),
-        Param(
-            "lam",
-            "float",
-            0.01,
-            "λ, the pull of the embedding part towards the global embedding Φ",
-            "FedAC eq. 3",
-            low=0.0,
-        ),
-        Param(
-            "components",
-            "int",
-            50,
-            "D, the dimension of the low-rank space",
-            "FedAC Algorithm 2; 50 in §4.3",
-            low=1,
-        ),
-        Param(
-            "map_every",
-            "int",
-            10,
-            "the rounds between refits of the PCA map once it has D directions",
-            low=1,
-        ),
-        Param(
-            "buffer_size",
-            "int",
-            100,
-            "the client-model deviations kept to fit the PCA map (more than components)",
-            low=2,
-        ),
-        Param(
-            "gc_low",
-            "float",
-            0.2,
-            "the bound a on G_c below which a cluster merges into its most similar one",
-            "FedAC Algorithm 3; 0.2 in §5.5",
-            low=0.0,
-        ),
-        Param(
-            "gc_high",
-            "float",
-            0.8,
-            "the bound b on G_c above which a cluster splits in two",
-            "FedAC Algorithm 3; 0.8 in §5.5",
-            low=0.0,
-        ),
-        Param(
-            "tune_every",
-            "int",
-            3,
-            "the rounds between cluster-number tuning steps",
-            "FedAC Algorithm 1, line 13",
-            low=1,
-        ),
-        Param(
-            "warmup",
-            "int",
-            3,
-            "the rounds of training before the centres are seeded (0: after round 1)",
-            low=0,
-        ),
-    )
+    parameters: ClassVar[tuple[Param, ...]] = PARAMETERS
 
     def __init__(
         self,
@@ -231,6 +155,28 @@ class FedAC(Strategy):
         self.models_[EMBEDDING] = initial.copy()
         self.centres_ = self._new_centres()
         self.metrics_: dict[str, float] = {}
+        self.joined_: set[str] = set()
+
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        owner = {client_key(c): c for c in self.centres_.client_ids}
+        centres = {c: None if k is None else self.labels_[owner[k]] for c, k in keys.items()}
+        self.centres_.join(joining, centres)
+        for client in joining:
+            start = self.models_[keys[client] or self.labels_[client]]
+            self.models_[client_key(client)] = np.array(start, dtype=np.float32)
+        self.joined_ |= set(joining)
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        self.centres_.leave(leaving)
+        for client in leaving:
+            del self.models_[client_key(client)]
+        self.joined_ -= leaving
+
+    def model_ready(self, client_id: str) -> bool:
+        """False for a client that joined and has not trained its own model yet."""
+        return client_id not in self.joined_
 
     def _new_centres(self) -> FedACCentres:
         """The centres' keeper, sharing ``models_`` and holding this strategy's settings."""
@@ -322,6 +268,7 @@ class FedAC(Strategy):
         for r in results:
             self.models_[client_key(r.client_id)] = np.array(r.weights, dtype=np.float32)
             centres.trained.add(r.client_id)
+            self.joined_.discard(r.client_id)
         stacked = np.stack([np.asarray(r.weights, dtype=np.float64) for r in results])
         self.models_[EMBEDDING] = stacked.mean(axis=0).astype(np.float32)  # line 9
         centres.accumulate(stacked)
@@ -374,6 +321,7 @@ class FedAC(Strategy):
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
         meta, arrays = self.centres_.state()
         meta["metrics"] = self.metrics_
+        meta["joined"] = sorted(self.joined_)
         return meta, arrays
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
@@ -382,3 +330,4 @@ class FedAC(Strategy):
         self.centres_ = self._new_centres()
         self.centres_.load(meta, arrays)
         self.metrics_ = {str(k): float(v) for k, v in meta["metrics"].items()}
+        self.joined_ = set(meta.get("joined", []))

@@ -23,6 +23,7 @@ and the options in :mod:`coordinator.strategies.fedac`.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -130,6 +131,25 @@ class FedACCentres:
         self.buffer: FloatArray = np.zeros((0, n_params), dtype=np.float32)
         self.directions: FloatArray = np.zeros((0, n_params), dtype=np.float32)
         self.map_round = 0
+
+    # -- joining and leaving -----------------------------------------------------------------
+
+    def join(self, client_ids: Sequence[str], centres: Mapping[str, str | None]) -> None:
+        """Clients appended to the registration order, each on its centre in ``centres``
+        (None: the centre of most clients, the first in order of creation on a tie)."""
+        counts = Counter(self.labels.values())
+        keys = self.cluster_keys()
+        most = max(keys, key=lambda k: (counts.get(k, 0), -keys.index(k)))
+        for client in client_ids:
+            self.labels[client] = centres[client] or most
+        self.client_ids = (*self.client_ids, *client_ids)
+
+    def leave(self, leaving: set[str]) -> None:
+        """Clients leaving for good: out of the assignment; their centres keep their models."""
+        for client in leaving:
+            del self.labels[client]
+            self.trained.discard(client)
+        self.client_ids = tuple(c for c in self.client_ids if c not in leaving)
 
     # -- Algorithm 2: the low-rank map -----------------------------------------------------
 

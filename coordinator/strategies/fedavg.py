@@ -6,7 +6,7 @@ data", AISTATS 2017 (FLACC's reference [5]; FLACC Algorithm 1, line 20).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from coordinator.strategies.base import Strategy
@@ -20,18 +20,17 @@ class FedAvg(Strategy):
 
     name: ClassVar[str] = "fedavg"
     clusters_learned: ClassVar[bool] = False
-    dynamic_membership: ClassVar[bool] = True
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         self.models_[GLOBAL] = model_factory(0)
 
-    def add_clients(self, client_ids: Sequence[str], model_factory: ModelFactory) -> None:
-        """Joining clients are sampled from the next round on; they train the global model."""
-        self._register(client_ids)
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        """Joining clients train the global model, the only candidate."""
 
-    def remove_clients(self, client_ids: Sequence[str]) -> None:
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
         """Leaving clients are no longer sampled; the global model keeps what they taught it."""
-        self._unregister(self._check_leaving(client_ids))
 
     def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
         return (GLOBAL,)

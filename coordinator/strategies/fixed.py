@@ -8,7 +8,9 @@ to imperfect clustering.
 
 Outside benchmarks it is the strategy for a plant that already knows which machines belong
 together (same model, same mounting, same fault history): ``assignment`` maps every
-machine's client id to a group name or number.
+machine's client id to a group name or number. A machine joining later goes to the
+cluster ``assignment`` names for it; one it does not name goes to the cluster its own
+evaluation chose, else to the cluster of most machines.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.joining import most_served_key
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.parameters import Param
 from faultfleet.errors import UsageError
@@ -65,11 +68,32 @@ class FixedClusters(Strategy):
         for key in sorted(set(self.keys_.values())):
             self.models_[key] = initial.copy()
 
-    def _keys(self) -> dict[str, str]:
-        """Model key of every registered client, from the validated ``assignment``."""
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        """``assignment``'s cluster if it names the client, else its evaluation's, else the
+        cluster of most clients."""
+        given = self._keys(joining)
+        for client_id in joining:
+            key = keys[client_id]
+            if client_id in (self.assignment or {}) or self.assignment is None:
+                key = given[client_id]
+            if key is None or key not in self.models_:
+                key = most_served_key(self, list(self.models_), exclude=joining)
+            self.keys_[client_id] = key
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        """Leaving clients' clusters keep their models, even a cluster left empty."""
+        for client_id in leaving:
+            del self.keys_[client_id]
+
+    def _keys(self, clients: Sequence[str] | None = None) -> dict[str, str]:
+        """Model key of every registered client (or of ``clients``, which the assignment
+        need not name), from the validated ``assignment``."""
         assignment = dict(self.assignment) if self.assignment is not None else {}
         if self.assignment is not None:
-            missing = [c for c in self.client_ids_ if c not in assignment]
+            named = self.client_ids_ if clients is None else ()
+            missing = [c for c in named if c not in assignment]
             if missing:
                 shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
                 raise UsageError(
@@ -90,14 +114,17 @@ class FixedClusters(Strategy):
                     f"assignment names clusters {'; '.join(clashes)}, which read the same; "
                     "use one spelling per cluster"
                 )
-        return {c: cluster_key(assignment.get(c, 0)) for c in self.client_ids_}
+        ids = self.client_ids_ if clients is None else clients
+        return {c: cluster_key(assignment.get(c, 0)) for c in ids}
 
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
         return {"keys": dict(self.keys_)}, {}
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
-        self.keys_ = self._keys()
-        if meta.get("keys") != self.keys_:
+        saved = {str(c): str(k) for c, k in meta.get("keys", {}).items()}
+        named = [c for c in self.client_ids_ if self.assignment is None or c in self.assignment]
+        self.keys_ = {**saved, **self._keys(named)}
+        if saved != self.keys_ or set(saved) != set(self.client_ids_):
             raise UsageError(
                 "the saved run used another assignment of clients to clusters; restore it "
                 "with the assignment it was started with"

@@ -28,6 +28,10 @@ Decisions on points the paper leaves open (papers/README.md settles the first):
 - Clients that failed are absent from ``results``: no similarity, no weight.
 - Algorithm 1 tests only eq. 9's pair; ``next_pair=True`` (off by default) lets a later pair
   merge when that pair fails only eq. 14 (see :mod:`.agglomeration`).
+- Joining: before separation a client joins the clustering phase as a singleton entity
+  with no known similarity; after, it joins the entity of the model it was assigned (else
+  the entity of most clients). Leaving: its similarities go; an entity it empties is
+  dropped before separation and kept, empty, after (its position names its model).
 
 The default merge rule is not Algorithm 1's but ``rule="cohesion"``: a pair that passes
 eqs. 14 and 16 must also pass the cohesion test of :mod:`.cohesion` — the mean cosine
@@ -51,18 +55,18 @@ from coordinator.strategies.agglomeration import (
     Entity,
     MergeDecision,
     agglomerate,
+    entities_after_leaving,
     forget_stale,
 )
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Merge, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
-from coordinator.strategies.keys import GLOBAL, cluster_key
+from coordinator.strategies.flacc_parameters import PARAMETERS
+from coordinator.strategies.joining import grow_square, keep_square, most_served_key
+from coordinator.strategies.keys import GLOBAL, cluster_key, cluster_number
 from coordinator.strategies.parameters import Param
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
-
-RULES = ("cohesion", "paper")
-"""FLACC's merge rules: the default with the cohesion test, and Algorithm 1 as written."""
 
 
 class FLACC(Strategy):
@@ -73,71 +77,7 @@ class FLACC(Strategy):
     """
 
     name: ClassVar[str] = "flacc"
-    parameters: ClassVar[tuple[Param, ...]] = (
-        Param(
-            "alpha0",
-            "float",
-            0.0,
-            "the least cross-entity cosine similarity α0 that allows a merge",
-            "FLACC eq. 16; 0 in §VI",
-            low=-1.0,
-            low_open=True,
-            high=1.0,
-        ),
-        Param(
-            "memory",
-            "int",
-            10,
-            "the system memory T, rounds a pair's similarity is remembered",
-            "FLACC eq. 18; 10 in §VI",
-            low=0,
-            optional=True,
-            none="T = ∞, never forget",
-        ),
-        Param(
-            "n_merge",
-            "int",
-            1,
-            "the most entity pairs merged per round",
-            "FLACC Algorithm 1, lines 13–18; 1 in §VI",
-            low=1,
-        ),
-        Param(
-            "n_sep",
-            "int",
-            10,
-            "N_sep, the rounds in a row without a merge before separation",
-            "FLACC Algorithm 1, line 5; 10 in §VI",
-            low=1,
-        ),
-        Param(
-            "next_pair",
-            "bool",
-            False,
-            "whether a later pair may merge when eq. 9's pair fails only eq. 14 (implied by "
-            "rule 'cohesion')",
-            "FLACC eqs. 9 and 14; false is Algorithm 1 as written",
-        ),
-        Param(
-            "rule",
-            "str",
-            "cohesion",
-            "the merge rule: eqs. 14 and 16 and the cohesion test ('cohesion'), or "
-            "Algorithm 1 as written ('paper')",
-            "ours; 'paper' is FLACC Algorithm 1",
-            choices=RULES,
-        ),
-        Param(
-            "cohesion_share",
-            "float",
-            0.7,
-            "share of the looser entity's mean within cosine that the mean cross cosine "
-            "must reach for a merge (rule 'cohesion')",
-            "ours; measured in coordinator/strategies/cohesion.py",
-            low=0.0,
-            high=1.0,
-        ),
-    )
+    parameters: ClassVar[tuple[Param, ...]] = PARAMETERS
 
     def __init__(
         self,
@@ -173,6 +113,27 @@ class FLACC(Strategy):
         self.last_alpha_min_cross_: float | None = None
         self.last_passed_over_ = 0
         self.merges_: list[Merge] = []
+
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        m = len(self.client_ids_)
+        new = list(range(m - len(joining), m))
+        self.alpha_ = grow_square(self.alpha_, len(new), UNKNOWN)
+        self.tau_ = grow_square(self.tau_, len(new), 0)
+        entities = [list(e) for e in self.entities_]
+        for index, client in zip(new, joining, strict=True):
+            if not self.separated_:
+                entities.append([index])
+                continue
+            key = keys[client] or most_served_key(self, list(self.models_), exclude=joining)
+            entities[cluster_number(key)].append(index)
+        self._set_entities([tuple(e) for e in entities])
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        self.alpha_ = keep_square(self.alpha_, kept)
+        self.tau_ = keep_square(self.tau_, kept)
+        self._set_entities(entities_after_leaving(self.entities_, kept, keep_empty=self.separated_))
 
     # -- training rounds -------------------------------------------------------------------
 
@@ -310,8 +271,11 @@ class FLACC(Strategy):
         separation), and per entity the lowest α_min^cross at which a merge built it."""
         weakest: dict[int, float] = {}
         for merge in self.merges_:
-            label = self._labels[self._index(merge.first[0])]
-            weakest[int(label)] = min(weakest.get(int(label), np.inf), merge.similarity)
+            present = [c for c in merge.first + merge.second if c in self.client_index_]
+            if not present:  # every client of the merge has left
+                continue
+            label = int(self._labels[self._index(present[0])])
+            weakest[label] = min(weakest.get(label, np.inf), merge.similarity)
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(int(k) for k in self._labels),

@@ -43,6 +43,9 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
   was clustered the global model is dropped.
 - If nobody answers in the clustering round, nothing changes and the next round is the
   clustering round again.
+- A client joining before the clustering round trains the global model of the warm-up and
+  is clustered with the others; one joining after it joins the cluster of the model it was
+  assigned (the global model: the unclustered clients), else the cluster of most clients.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from coordinator.strategies.flhc_tree import (
     linkage_tree,
     weakest_heights,
 )
+from coordinator.strategies.joining import grow_square, keep_square, most_served_key
 from coordinator.strategies.keys import GLOBAL, cluster_key
 from coordinator.strategies.parameters import Param
 from faultfleet.errors import UsageError
@@ -185,6 +189,22 @@ class FLHC(Strategy):
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
         self.weakest_: dict[str, float] = {}
+
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+        if not self.clustered_:
+            return
+        for client in joining:
+            key = keys[client] or most_served_key(self, list(self.models_), joining)
+            if key != GLOBAL:
+                self.clusters_[client] = key
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        for client in leaving:
+            self.clusters_.pop(client, None)
+        self.similarity_ = keep_square(self.similarity_, kept)
 
     def _check_parameter_rules(self) -> None:
         if self.max_clusters is not None and self.max_clusters < self.min_clusters:

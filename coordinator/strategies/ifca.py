@@ -19,6 +19,10 @@ client's choice reaches the server as :attr:`FitResult.model_key`.
 
 At evaluation time a client is again given all k models and predicts with the one of lowest
 training loss, as IFCA prescribes; the server records the choice for reporting only.
+
+A client joining later takes part from the next round it is sampled in, choosing among the
+k models like every client; the model its own evaluation chose when it joined counts as
+its evaluation choice until it trains.
 """
 
 from __future__ import annotations
@@ -83,6 +87,18 @@ class IFCA(Strategy):
         self.fit_keys_: dict[str, str] = {}
         self.eval_keys_: dict[str, str] = {}
         self.same_model_ = SameModelSimilarity(self.client_ids_)
+
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        self.eval_keys_.update({c: k for c, k in keys.items() if k is not None})
+        self.same_model_.resize(self.client_ids_)
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        for client in leaving:
+            self.fit_keys_.pop(client, None)
+            self.eval_keys_.pop(client, None)
+        self.same_model_.resize(self.client_ids_)
 
     # -- training --------------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
 - **Without a probe** in the round (a caller driving rounds without probing), clients are
   sampled in ``configure_round`` and sent all K models: each trains its lowest-training-loss
   one (IFCA's rule, i.e. λ = 0 on its whole training set).
+- **Joining.** A device joining later takes the identity of the model it was assigned
+  (else none: it is not placed yet) until its first probe places it by eq. 4.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from coordinator.strategies.jgl_identity import (
     fill_empty_clusters,
     identity_scores,
 )
+from coordinator.strategies.joining import grow_square, keep_square
 from coordinator.strategies.keys import cluster_key, cluster_number
 from coordinator.strategies.parameters import Param
 from faultfleet.tasks import (
@@ -138,6 +141,22 @@ class JointGradientLoss(Strategy):
         self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
+
+    def _join(
+        self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
+    ) -> None:
+        self.identities_.update({c: cluster_number(k) for c, k in keys.items() if k is not None})
+        self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+
+    def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        for client in leaving:
+            self.identities_.pop(client, None)
+            self.choices_.pop(client, None)
+            self.probe_gradients_.pop(client, None)
+            if self.plan_ is not None:
+                self.plan_.pop(client, None)
+        self.probed_ = tuple(c for c in self.probed_ if c not in leaving)
+        self.similarity_ = keep_square(self.similarity_, kept)
 
     # -- probe: losses and gradients, identities -------------------------------------------
 

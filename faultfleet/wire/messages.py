@@ -13,8 +13,9 @@ version 3 signs the cluster models and assignments: both travel inside a
 :class:`SignedMessage` (:mod:`faultfleet.wire.signing`); version 4 gives tasks their
 deadline as a duration (``deadline_s``) and the coordinator's clock at sending
 (``issued_at``) instead of an instant, so an agent whose clock is off still meets it;
-version 5 adds the labelled windows to the agents' status and the training campaign and
-recent promotions to the coordinator's (:mod:`faultfleet.wire.campaign_messages`).
+version 5 adds the labelled windows to the agents' status and the training campaign,
+recent promotions and placements of joining machines to the coordinator's
+(:mod:`faultfleet.wire.campaign_messages`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from faultfleet.tasks import ModelPart, Split, TrainConfig
-from faultfleet.wire.campaign_messages import MAX_RECENT_PROMOTIONS, CampaignNote, PromotionNote
+from faultfleet.wire.campaign_messages import (
+    MAX_PLACEMENTS,
+    MAX_RECENT_PROMOTIONS,
+    CampaignNote,
+    PlacementNote,
+    PromotionNote,
+)
 from faultfleet.wire.topics import NAME_PATTERN
 
 SCHEMA_VERSION: Literal[5] = 5
@@ -140,6 +147,8 @@ class CoordinatorStatus(Envelope):
         default=(), max_length=MAX_RECENT_PROMOTIONS
     )
     """The newest decisions about cluster model versions, oldest first."""
+    placements: tuple[PlacementNote, ...] = Field(default=(), max_length=MAX_PLACEMENTS)
+    """Machines placed on a cluster when they joined: the unverified, then the newest."""
 
 
 # -- tasks and results -----------------------------------------------------------------------

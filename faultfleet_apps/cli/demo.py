@@ -4,7 +4,9 @@ It writes one example recording per rotor/bearing condition of one simulated mac
 inspects one of them as an engineer would; then it runs the product as a plant would — an
 MQTT broker, ``faultfleet coordinator`` and ``faultfleet agent`` processes for the 48
 machines of the mixed-fault federation (:mod:`faultfleet_apps.demo.fleet`) — trains them with
-FLACC, and reports the clusters found, their accuracy and the agents' live diagnoses.
+FLACC, starts the machine held back once the first campaign ended (the coordinator places it
+on a cluster and serves it at once), and reports the clusters found, their accuracy, the
+late machine's placement, the promotion gate's decisions and the agents' live diagnoses.
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ def add_demo_command(commands: Any) -> None:
         "(default %(default)s)",
     )
     demo.add_argument(
+        "--late-machines",
+        type=whole(0),
+        default=DemoPlan.late_machines,
+        help="machines held back until the first campaign ended, then started and served at "
+        "once (default %(default)s; 0 starts them all together)",
+    )
+    demo.add_argument(
         "--broker",
         choices=("auto", "mosquitto", "amqtt"),
         default="auto",
@@ -97,6 +106,12 @@ def run_demo(args: argparse.Namespace) -> int:
         raise UsageError(
             "--device cuda: torch sees no CUDA device on this machine (CPU build of torch, or "
             "no GPU); use --device auto to train on a GPU only when there is one"
+        )
+    machines = args.clients_per_group * DemoPlan.groups
+    if args.rounds > 0 and args.late_machines >= machines:
+        raise UsageError(
+            f"--late-machines {args.late_machines}: the federation needs a machine at the "
+            f"start, and there are {machines}; hold fewer back"
         )
     if args.rounds > 0:
         require_pyplot()  # the fleet's report draws figures: no matplotlib, no run
@@ -133,13 +148,19 @@ def run_fleet(args: argparse.Namespace) -> None:
         rounds=args.rounds,
         clients_per_group=args.clients_per_group,
         live_seconds=args.live_seconds,
+        late_machines=args.late_machines,
         broker=args.broker,
         device=args.device,
     )
+    late = (
+        f", {plan.late_machines} of them started once the first campaign ended"
+        if plan.late_machines
+        else ""
+    )
     print(
         f"\nfleet over MQTT: a broker, the coordinator and {plan.machines} simulated agents "
-        f"({plan.groups} hidden groups, training on {plan.device}); FLACC with the compact "
-        f"model, {plan.rounds} rounds; "
+        f"({plan.groups} hidden groups, training on {plan.device}{late}); FLACC with the "
+        f"compact model, {plan.rounds} rounds; "
         f"logs in {plan.out / 'logs'}"
     )
     with (

@@ -22,7 +22,6 @@ from faultfleet_apps.plotting import require_pyplot
 from faultfleet_apps.progress import Progress
 from faultfleet_apps.quality_table import format_quality
 from faultfleet_apps.simulation.config import SimConfig
-from faultfleet_apps.simulation.membership import refuse_fixed_membership
 from faultfleet_apps.simulation.plots import plot_accuracy, plot_clusters
 from faultfleet_apps.simulation.runner import (
     RoundRecord,
@@ -100,9 +99,6 @@ def run_sim(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     require_pyplot()  # the run ends in figures: no matplotlib, no run
     compare = args.compare or ("none" if config.strategy == "fedavg" else "fedavg")
-    refuse_fixed_membership(config.strategy, config.joins, config.leaves)
-    if compare != "none":
-        refuse_fixed_membership(compare, config.joins, config.leaves)
     if args.resume and not has_state(args.out / "checkpoint"):
         raise UsageError(
             f"--resume: {args.out / 'checkpoint'} holds no checkpoint to resume from; check "

@@ -3,9 +3,11 @@
 :func:`run_fleet_demo` starts an MQTT broker (Mosquitto when installed, the embedded amqtt
 broker otherwise), writes the coordinator's and the agents' TOML files, starts
 ``faultfleet coordinator`` and ``faultfleet agent --machines`` processes exactly as a plant
-would run them, follows the rounds through the coordinator's retained status, then watches
-the agents diagnose live windows with their cluster's ONNX model and reports what happened.
-Every process is stopped on the way out, Ctrl-C included.
+would run them, follows the rounds through the coordinator's retained status, then starts
+the machine held back (:mod:`faultfleet_apps.demo.late_joiner`) and waits until the
+coordinator has placed it on a cluster and it diagnoses, then watches every agent diagnose
+live windows with its cluster's ONNX model and reports what happened. Every process is
+stopped on the way out, Ctrl-C included.
 
 It is secured as a plant is (:func:`prepare_secrets`): every agent, the coordinator and the
 monitor log in with their own random password, Mosquitto runs with the shipped ACL and
@@ -28,17 +30,14 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from pydantic import TypeAdapter
-
+from coordinator.adapters.model_registry import ModelRegistry
 from coordinator.runtime.run_summary import load_summary
-from faultfleet.wire.codec import WireError, parse_envelope
-from faultfleet.wire.messages import CoordinatorStatus, Diagnosis
-from faultfleet.wire.mqtt import MqttConnection
+from faultfleet.wire.messages import Diagnosis
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.signing import SigningKey
-from faultfleet.wire.topics import Topics
 from faultfleet_apps.brokers.accounts import (
     COORDINATOR,
     HISTORIAN,
@@ -47,12 +46,11 @@ from faultfleet_apps.brokers.accounts import (
     create_accounts,
 )
 from faultfleet_apps.brokers.launch import RunningBroker, find_mosquitto, start_broker
+from faultfleet_apps.demo.late_joiner import LateJoin, join_late
+from faultfleet_apps.demo.monitor import FleetMonitor
 from faultfleet_apps.thread_policy import torch_threads, usable_cores
 
 logger = logging.getLogger(__name__)
-
-_STATUS = TypeAdapter(CoordinatorStatus)
-_DIAGNOSIS = TypeAdapter(Diagnosis)
 
 
 @dataclass(frozen=True)
@@ -71,6 +69,9 @@ class DemoPlan:
     """FLACC merges per round: 3 separates 48 machines by about round 20 (1 needs 50-70)."""
     n_sep: int = 5
     agent_processes: int = 2
+    late_machines: int = 1
+    """Machines held back until the first campaign ended, then started and served (the
+    last ones); 0 starts every machine at once."""
     interval_s: float = 0.1
     """Time between live windows of each simulated machine."""
     live_seconds: float = 10.0
@@ -84,66 +85,10 @@ class DemoPlan:
     def machines(self) -> int:
         return self.clients_per_group * self.groups
 
-
-@dataclass
-class LiveCounts:
-    """Diagnoses seen on ``agents/+/diagnoses``."""
-
-    total: int = 0
-    by_agent_version: dict[str, int] = field(default_factory=dict)
-    """Latest model version each agent diagnosed with."""
-    window: list[Diagnosis] = field(default_factory=list)
-    """Diagnoses of the counting window."""
-    counting: bool = False
-
-
-class FleetMonitor:
-    """Subscribes to the coordinator's status and the agents' diagnoses."""
-
-    def __init__(self, settings: BrokerSettings) -> None:
-        self.topics = Topics(settings.topic_root)
-        self.lock = threading.Lock()
-        self.status: CoordinatorStatus | None = None
-        self.live = LiveCounts()
-        self.connection = MqttConnection(client_id="faultfleet-demo-monitor", settings=settings)
-        self.connection.route(self.topics.coordinator_status(), self._on_status)
-        self.connection.route(self.topics.all_diagnoses(), self._on_diagnosis)
-
-    def _on_status(self, topic: str, payload: bytes) -> None:
-        if payload:
-            with self.lock:
-                self.status = parse_envelope(_STATUS, payload)
-
-    def _on_diagnosis(self, topic: str, payload: bytes) -> None:
-        try:
-            diagnosis = parse_envelope(_DIAGNOSIS, payload)
-        except WireError as error:
-            logger.warning("bad diagnosis on %s: %s", topic, error)
-            return
-        with self.lock:
-            self.live.total += 1
-            self.live.by_agent_version[diagnosis.agent_id] = diagnosis.model_version
-            if self.live.counting:
-                self.live.window.append(diagnosis)
-
-    def server_round(self) -> int:
-        with self.lock:
-            return self.status.server_round if self.status else 0
-
-    def agents_on_version(self, version: int) -> int:
-        with self.lock:
-            return sum(1 for v in self.live.by_agent_version.values() if v >= version)
-
-    def count_for(self, seconds: float, stop: threading.Event) -> tuple[list[Diagnosis], float]:
-        """Diagnoses received during ``seconds`` (fewer if stopped) and the time measured."""
-        with self.lock:
-            self.live.window = []
-            self.live.counting = True
-        started = time.monotonic()
-        stop.wait(seconds)
-        with self.lock:
-            self.live.counting = False
-            return list(self.live.window), time.monotonic() - started
+    @property
+    def founders(self) -> int:
+        """Machines of the federation when it starts."""
+        return self.machines - self.late_machines
 
 
 @dataclass(frozen=True)
@@ -202,8 +147,9 @@ def write_configs(plan: DemoPlan, broker: RunningBroker, secrets: DemoSecrets) -
         'strategy = "flacc"\nmodel = "compact"\n'
         f"strategy_options = {{ n_merge = {plan.n_merge}, n_sep = {plan.n_sep} }}\n"
         f"rounds = {plan.rounds}\nfraction = {plan.fraction}\nseed = {plan.seed}\n"
-        f"min_agents = {plan.machines}\nmin_quorum = 1\nround_deadline_s = 120\n"
+        f"min_agents = {plan.founders}\nmin_quorum = 1\nround_deadline_s = 120\n"
         f"eval_every = 10\npublish_every = 10\n\n"
+        "[models]\nrequest_poll_s = 1\n\n"
         "[train]\n"
         f'optimizer = "adam"\nlearning_rate = {plan.learning_rate}\nepochs = {plan.epochs}\n'
         "batch_size = 32\n",
@@ -271,6 +217,8 @@ class DemoOutcome:
     broker_kind: str
     security: str = ""
     """What protects the broker and the models in this run."""
+    late: list[LateJoin] = field(default_factory=list)
+    """How each machine held back was served."""
 
 
 def run_fleet_demo(
@@ -288,6 +236,7 @@ def run_fleet_demo(
     command = [sys.executable, "-m", "faultfleet_apps.cli.main"]
     secrets = prepare_secrets(plan)
     mosquitto = plan.broker != "amqtt" and find_mosquitto() is not None
+    state_dir = plan.out / "state" / "coordinator"
     with ExitStack() as stack:
         broker = stack.enter_context(
             start_broker(
@@ -303,50 +252,74 @@ def run_fleet_demo(
         monitor = FleetMonitor(secrets.broker_settings(broker, HISTORIAN))
         monitor.connection.start()
         stack.callback(monitor.connection.stop)
-        # Agents first, coordinator last: on the way out the coordinator stops first, so it
-        # never runs rounds against agents that are shutting down.
         # The agent processes share the cores: each trains with its share (thread_policy).
         threads = str(torch_threads(cores=usable_cores(), workers=plan.agent_processes))
-        for index, machines in enumerate(machine_slices(plan.machines, plan.agent_processes)):
+
+        def start_agents(machines: str, name: str) -> None:
             agent = ["agent", "--config", str(agents_toml), "--machines", machines]
             stack.enter_context(
-                _process(
-                    [*command, *agent, "--threads", threads],
-                    logs / f"agents-{index}.log",
-                )
+                _process([*command, *agent, "--threads", threads], logs / f"{name}.log")
             )
+
+        # Agents first, coordinator last: on the way out the coordinator stops first, so it
+        # never runs rounds against agents that are shutting down.
+        for index, machines in enumerate(machine_slices(plan.founders, plan.agent_processes)):
+            start_agents(machines, f"agents-{index}")
         coordinator = stack.enter_context(
             _process(
-                [*command, "coordinator", "--config", str(coordinator_toml), "--exit-when-done"],
+                [*command, "coordinator", "--config", str(coordinator_toml)],
                 logs / "coordinator.log",
             )
         )
         last_round = 0
-        while coordinator.poll() is None:
+        while not monitor.campaign_ended():
+            if coordinator.poll() is not None:
+                raise RuntimeError(
+                    f"the coordinator exited with status {coordinator.returncode}; see "
+                    f"{logs / 'coordinator.log'}"
+                )
             if stop.wait(0.5):
                 return None
             current = monitor.server_round()
             if current != last_round and on_round is not None:
                 on_round(current, plan.rounds)
             last_round = current
-        if coordinator.returncode != 0:
-            raise RuntimeError(
-                f"the coordinator exited with status {coordinator.returncode}; see "
-                f"{logs / 'coordinator.log'}"
+        ended_at = time.time()
+        late: list[LateJoin] = []
+        for index in range(plan.founders, plan.machines):
+            joined = join_late(
+                f"m{index:02d}",
+                partial(start_agents, f"{index}-{index}", f"late-{index:02d}"),
+                monitor,
+                stop,
+                campaign_ended_at=ended_at,
             )
-        summary = load_summary(plan.out / "state" / "coordinator")
-        if summary is None:
-            raise RuntimeError("the coordinator left no summary.json")
-        version = int(str(summary.get("model_version", 0)))
+            if joined is None:
+                return None
+            late.append(joined)
+        expected = serving_versions(state_dir)
         deadline = time.monotonic() + 60
-        while monitor.agents_on_version(version) < plan.machines and time.monotonic() < deadline:
+        while monitor.agents_serving(expected) < len(expected) and time.monotonic() < deadline:
             if stop.wait(0.5):
                 return None
         live, seconds = monitor.count_for(plan.live_seconds, stop)
         if stop.is_set():
             return None
+        summary = load_summary(state_dir)
+        if summary is None:
+            raise RuntimeError("the coordinator left no summary.json")
         wall = time.monotonic() - started
-        return DemoOutcome(summary, live, seconds, wall, broker.kind, security)
+        return DemoOutcome(summary, live, seconds, wall, broker.kind, security, late)
+
+
+def serving_versions(state_dir: Path) -> dict[str, int]:
+    """Agent → the version of its cluster that serves it, from the model registry."""
+    table = ModelRegistry(state_dir / "models").serving()
+    return {
+        agent: table.clusters[cid].version
+        for agent, cid in table.agents.items()
+        if cid in table.clusters
+    }
 
 
 def describe_security(broker: RunningBroker, secrets: DemoSecrets) -> str:

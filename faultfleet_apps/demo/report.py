@@ -2,18 +2,23 @@
 
 Beside the clusters found against the hidden groups, both show the coordinator's cluster
 quality (``summary.json``'s ``cluster_quality``): the figures a plant without ground truth
-would have to go by.
+would have to go by; then how the machine that came online late was served, and the
+promotion gate's decisions with their figures.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from faultfleet.scoring import clustering_scores
 from faultfleet_apps.demo.fleet import DemoOutcome, DemoPlan, live_accuracy
+from faultfleet_apps.demo.late_joiner import format_late
+from faultfleet_apps.fleet_status.render import promotion_text
 from faultfleet_apps.plotting import pyplot
 from faultfleet_apps.quality_table import format_quality
 from faultfleet_apps.simulation.plots import plot_clusters
@@ -71,6 +76,12 @@ def format_outcome(plan: DemoPlan, outcome: DemoOutcome) -> str:
     if isinstance(overall, float):
         lines.append(f"mean test accuracy over agents: {overall:.1%}")
     lines.extend(format_quality(_quality(outcome)))
+    for late in outcome.late:
+        lines.extend(format_late(late, clusters, lambda agent: true_group(plan, agent)))
+    promotions = outcome.summary.get("recent_promotions")
+    if isinstance(promotions, list) and promotions:
+        lines.append("promotion gate (newest last; candidate vs serving validation accuracy):")
+        lines += [f"  {promotion_text(p, time.time())}" for p in promotions]
     lines.append(
         f"live diagnosis: {len(outcome.live)} windows in {outcome.live_seconds:.1f} s = "
         f"{rate:.0f} diagnoses per second across {plan.machines} agents, ONNX Runtime model "
@@ -109,6 +120,7 @@ def write_report(plan: DemoPlan, outcome: DemoOutcome) -> Path:
             "accuracy_by_cluster": {c: a for c, (a, _) in live.items()},
             "by_class": dict(predicted),
         },
+        "late_machines": [asdict(late) for late in outcome.late],
         "broker": outcome.broker_kind,
         "security": outcome.security,
         "wall_seconds": outcome.wall_seconds,

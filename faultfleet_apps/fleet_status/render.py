@@ -2,8 +2,9 @@
 
 One line for the coordinator (state, run, strategy, round, campaign: id, trigger, round x of
 y, status, next scheduled, new labelled windows), one row per agent
-(state, last seen, cluster, serving model version, last diagnosis, fault streak) and the
-recent promotions; "—" where a value is not known (yet).
+(state, last seen, cluster — ``(unverified)`` when it was placed without labels —, serving
+model version, last diagnosis, fault streak), the recent promotions and the machines placed
+when they joined; "—" where a value is not known (yet).
 """
 
 from __future__ import annotations
@@ -94,11 +95,13 @@ def _agent_cells(row: dict[str, Any], now: float) -> list[str]:
     streak = row["streak"]
     streak_text = MISSING if streak is None else f"{streak['windows']} × {streak['class_name']}"
     version = row["serving_model_version"]
+    placement = row.get("placement") or {}
+    unverified = " (unverified)" if placement.get("verified") is False else ""
     return [
         row["agent_id"],
         state,
         _when(row["last_seen"], now),
-        _value(row["cluster_id"]),
+        _value(row["cluster_id"]) + unverified,
         MISSING if version is None else f"v{version}",
         diagnosis_text,
         streak_text,
@@ -130,13 +133,17 @@ def render_table(snapshot: dict[str, Any]) -> str:
     promotions = (snapshot["coordinator"] or {}).get("recent_promotions") or []
     lines.append("")
     lines.append("recent promotions: " + (MISSING if not promotions else ""))
-    lines += [f"  {_promotion(p, now)}" for p in promotions]
+    lines += [f"  {promotion_text(p, now)}" for p in promotions]
+    placements = (snapshot["coordinator"] or {}).get("placements") or []
+    if placements:
+        lines += ["", "placed when they joined:"]
+        lines += [f"  {placement_text(p, now)}" for p in placements]
     if snapshot["unreadable_messages"]:
         lines.append(f"({snapshot['unreadable_messages']} unreadable message(s) skipped)")
     return "\n".join(lines)
 
 
-def _promotion(promotion: Any, now: float) -> str:
+def promotion_text(promotion: Any, now: float) -> str:
     """``cluster-0 v7 promoted 0.912 vs 0.900 (c2, round 12, 3 min ago)`` for a promotion
     note; any other value as ``key value`` pairs."""
     if not isinstance(promotion, dict):
@@ -156,3 +163,23 @@ def _promotion(promotion: Any, now: float) -> str:
         f"{promotion['cluster_id']} v{promotion['version']} {promotion['decision']}{figures} "
         f"({', '.join(w for w in where if w and w != MISSING)})"
     ).removesuffix(" ()")
+
+
+def placement_text(note: Any, now: float) -> str:
+    """``m07 on cluster-1 v5: validation loss 0.120, accuracy 0.97 (next cluster-0 at 1.930);
+    trains from round 42 (placed 3 min ago)`` for a placement note; other values as
+    ``key value`` pairs."""
+    if not isinstance(note, dict) or not {"agent_id", "cluster_id", "model_version"} <= set(note):
+        return str(note)
+    head = f"{note['agent_id']} on {note['cluster_id']} v{note['model_version']}"
+    scores = note.get("scores") or []
+    if note.get("verified") and scores:
+        best = scores[0]
+        why = f"validation loss {best['loss']:.3f}, accuracy {best['accuracy']:.2f}"
+        if len(scores) > 1:
+            why += f" (next {scores[1]['cluster_id']} at {scores[1]['loss']:.3f})"
+    else:
+        why = f"the cluster of most machines, unverified: {note.get('note') or MISSING}"
+    joined = note.get("joined_round")
+    trains = f"; trains from round {joined}" if joined is not None else ""
+    return f"{head}: {why}{trains} (placed {_when(note.get('placed_at') or None, now)})"

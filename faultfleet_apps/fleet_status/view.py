@@ -138,6 +138,9 @@ class FleetView:
             agents = [agent_row(agent_id, a) for agent_id, a in sorted(self._agents.items())]
             coordinator = coordinator_row(self._coordinator, self.summary)
             unreadable = self.unreadable
+        placed = {p["agent_id"]: p for p in (coordinator or {}).get("placements", [])}
+        for row in agents:
+            row["placement"] = placement_of(placed.get(row["agent_id"]))
         counts = dict.fromkeys(STATES, 0)
         for row in agents:
             counts[row["state"]] += 1
@@ -216,7 +219,17 @@ def coordinator_row(
         "recent_promotions": list(
             status.get("recent_promotions") or summary.get("recent_promotions") or []
         ),
+        "placements": list(status.get("placements") or summary.get("placements") or []),
     }
+
+
+def placement_of(note: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An agent's placement as its row shows it: cluster, version, basis, whether verified,
+    and the round it joined the federation from (None before)."""
+    if note is None:
+        return None
+    keys = ("cluster_id", "model_version", "basis", "verified", "joined_round", "placed_at")
+    return {key: note.get(key) for key in keys}
 
 
 def _first_known(*values: Any) -> Any:

@@ -6,10 +6,12 @@ member in rounds 1 … r − 1 and is one from round r on; a machine that leaves
 is a member up to round r − 1. Before a round the runner applies its leaves, then its joins,
 to the engine (:meth:`~coordinator.engine.rounds.RoundEngine.remove_clients`,
 :meth:`~coordinator.engine.rounds.RoundEngine.add_clients`) and to the fleet (``set_clients``).
-The coordinator over MQTT (:mod:`coordinator.runtime.membership`) applies joins first and may let
-every member leave in a round where another joins; a schedule is fixed in advance, so here
-every round must keep a member after its leaves. Only strategies with
-``dynamic_membership`` (FAACL, FedAvg) accept a schedule.
+A joining machine is placed as the coordinator places one (:mod:`coordinator.engine.placement`):
+it evaluates every model of the strategy's ``join_candidates`` on its validation windows
+and joins with the one of lowest loss. The coordinator over MQTT
+(:mod:`coordinator.runtime.membership`) applies joins first and may let every member leave
+in a round where another joins; a schedule is fixed in advance, so here every round must
+keep a member after its leaves. Every strategy accepts a schedule.
 
 :func:`check_schedule` checks what the settings alone decide; :meth:`MembershipSchedule.plan`
 checks the rest against the federation's clients.
@@ -18,12 +20,13 @@ checks the rest against the federation's clients.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.engine.membership import MemberFleet
-from coordinator.engine.rounds import MembershipError, RoundEngine
-from coordinator.strategies.registry import STRATEGIES
+from coordinator.engine.placement import place
+from coordinator.engine.rounds import RoundEngine
 from faultfleet.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -78,20 +81,6 @@ def check_schedule(joins: Schedule, leaves: Schedule, rounds: int) -> None:
                 f"{client!r} leaves before round {leave_round} but joins before round "
                 f"{join_round}: a machine that joins and leaves must leave after it joins"
             )
-
-
-def refuse_fixed_membership(strategy: str, joins: Schedule, leaves: Schedule) -> None:
-    """Raise :class:`~coordinator.engine.rounds.MembershipError` if ``strategy`` cannot take a
-    non-empty schedule (it keeps the clients it started with)."""
-    cls = STRATEGIES.get(strategy)
-    if not (joins or leaves) or cls is None or cls.dynamic_membership:
-        return
-    accepting = sorted(name for name, c in STRATEGIES.items() if c.dynamic_membership)
-    raise MembershipError(
-        f"strategy {strategy!r} keeps the clients it started with, so machines cannot join "
-        f"or leave its run (joins/leaves, --join/--leave); strategies that accept them: "
-        f"{', '.join(accepting)}"
-    )
 
 
 @dataclass(frozen=True)
@@ -188,12 +177,28 @@ def apply_changes(
     joining = schedule.joining(server_round)
     if leaving:
         engine.remove_clients(leaving)
-    if joining:
-        engine.add_clients(joining)
     if leaving or joining:
         member_fleet(engine).set_clients(schedule.members(server_round))
+    if joining:
+        strategy = engine.strategy
+        keys = strategy.join_candidates()
+        served = Counter(strategy.model_key_for(c) for c in strategy.client_ids_)
+        placed = place(
+            engine.fleet,
+            server_round - 1,
+            joining,
+            {k: strategy.models[k] for k in keys},
+            {k: served.get(k, 0) for k in keys},
+        )
+        engine.add_clients(joining, {c: p.key for c, p in placed.items() if p.verified})
         for client in joining:
-            logger.info("round %d: %s joined the run", server_round, client)
+            logger.info(
+                "round %d: %s joined the run on %s (%s)",
+                server_round,
+                client,
+                placed[client].key,
+                placed[client].basis,
+            )
         for client in leaving:
             logger.info("round %d: %s left the run", server_round, client)
     return joining, leaving

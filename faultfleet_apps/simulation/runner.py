@@ -40,7 +40,6 @@ from faultfleet_apps.simulation.fleet import InProcessFleet
 from faultfleet_apps.simulation.membership import (
     MembershipSchedule,
     apply_changes,
-    refuse_fixed_membership,
     restore_members,
 )
 from faultfleet_apps.simulation.training_path import choose_training_path, parameter_count
@@ -237,12 +236,9 @@ def make_engine(
 
     Raises
     ------
-    MembershipError
-        ``config`` schedules joins or leaves for a strategy that keeps its clients.
     ValueError
         The schedule names a client the federation lacks, or leaves it without members.
     """
-    refuse_fixed_membership(config.strategy, config.joins, config.leaves)
     schedule = membership_schedule(config, federation)
     device = select_device(config.device)
     template = build_model(config.model, federation.sample_shape, federation.n_classes)

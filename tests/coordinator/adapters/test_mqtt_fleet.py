@@ -180,3 +180,40 @@ def test_the_fleet_is_a_context_manager_for_its_answers(tmp_path: Path) -> None:
 
     assert (inside, journal_writers()) == (before + 1, before)
     assert (outcome.results, outcome.failures) == ((), ())
+
+
+def test_dispatches_from_two_threads_run_one_after_the_other(tmp_path: Path) -> None:
+    # Prepare: the collector's dispatch is replaced by one that holds the first caller
+    mqtt_fleet = fleet(tmp_path, AgentRegistry())
+    inside = 0
+    most = 0
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    lock = threading.Lock()
+
+    def dispatch(frames: object, replay: object) -> tuple[list[object], int]:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        entered.release()
+        release.wait(30)
+        with lock:
+            inside -= 1
+        return [], 0
+
+    mqtt_fleet.answers.dispatch = dispatch  # type: ignore[assignment,method-assign]
+    threads = [threading.Thread(target=mqtt_fleet.evaluate, args=(1, [])) for _ in range(2)]
+
+    # Execute: the second dispatch may not enter while the first is held
+    for thread in threads:
+        thread.start()
+    assert entered.acquire(timeout=30)
+    second_entered = entered.acquire(timeout=1.0)
+    release.set()
+    for thread in threads:
+        thread.join(30)
+
+    # Assert
+    assert not second_entered
+    assert most == 1

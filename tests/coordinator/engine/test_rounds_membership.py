@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from coordinator.engine.rounds import MembershipError, RoundEngine
+from coordinator.engine.rounds import RoundEngine
 from coordinator.strategies.base import Strategy
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.local import Local
@@ -43,13 +44,30 @@ def test_a_removed_client_is_no_longer_sampled_and_an_added_one_is() -> None:
     assert engine.strategy.client_ids_ == ("c00", "c01", "c02", "c03", "c04", "c05")
 
 
-def test_a_strategy_with_fixed_clients_refuses_joining_and_leaving() -> None:
-    engine = make(Local(fraction=1.0), SyntheticFleet(GROUPS))
+def test_a_joining_client_takes_the_model_it_was_assigned() -> None:
+    # Prepare: local training, c05 out of the run; it joins on c02's model
+    fleet = SyntheticFleet(GROUPS)
+    engine = make(Local(fraction=1.0), fleet)
+    engine.remove_clients(["c05"])
+    engine.run_round()
 
-    with pytest.raises(MembershipError, match=r"strategy 'local'.*start a new run"):
-        engine.add_clients(["c09"])
-    with pytest.raises(MembershipError, match="cannot leave"):
-        engine.remove_clients(["c00"])
+    # Execute
+    engine.add_clients(["c05"], {"c05": "c02"})
+
+    # Assert: a copy of c02's model, not served before c05 trained it
+    np.testing.assert_array_equal(engine.strategy.models["c05"], engine.strategy.models["c02"])
+    assert not engine.strategy.model_ready("c05")
+    engine.run_round()
+    assert engine.strategy.model_ready("c05")
+
+
+def test_an_assigned_key_must_serve_a_client() -> None:
+    engine = make(FedAvg(fraction=1.0), SyntheticFleet(GROUPS))
+
+    with pytest.raises(ValueError, match=r"assigned model 'cluster-7', which serves no client"):
+        engine.add_clients(["c09"], {"c09": "cluster-7"})
+    with pytest.raises(ValueError, match="not joining: c08"):
+        engine.add_clients(["c09"], {"c08": "global"})
     assert engine.strategy.client_ids_ == tuple(f"c{i:02d}" for i in range(6))
 
 

@@ -3,11 +3,10 @@ broker test is in tests/integration/test_membership.py)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Literal
 
-import pytest
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.metrics import CoordinatorMetrics
@@ -90,33 +89,46 @@ def test_apply_updates_strategy_fleet_and_metrics() -> None:
     assert value("faultfleet_federation_agents") == 4
 
 
-def test_apply_leaves_a_fixed_strategy_alone_and_warns_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # Prepare
+def test_only_placed_agents_join_each_with_its_key() -> None:
+    # Prepare: local training on c00-c01; m08 was placed on c01's model, m09 not yet
     presence = AgentRegistry()
-    presence.update(status("c00", "online"))
-    presence.update(status("m09", "online"))
-    presence.update(status("c01", "retired"))
+    for agent in ("c00", "c01", "m08", "m09"):
+        presence.update(status(agent, "online"))
     engine = engine_of(Local(fraction=1.0), SyntheticFleet([0, 1]))
     fleet = MemberList()
     sync = MembershipSync(presence, CoordinatorMetrics(CollectorRegistry()))
     members = ["c00", "c01"]
+    placed: dict[str, str | None] = {"m08": "c01"}
 
     # Execute
-    with caplog.at_level(logging.WARNING, logger="coordinator.runtime.membership"):
-        first = sync.apply(engine, fleet, members)
-        second = sync.apply(engine, fleet, members)
+    waiting = sync.has_newcomers(members, {})
+    after = sync.apply(engine, fleet, members, placed=placed)
 
     # Assert
-    assert first is members
-    assert second is members
-    assert fleet.clients is None
-    assert engine.strategy.client_ids_ == ("c00", "c01")
-    assert not sync.has_newcomers(engine, members)
-    warned = sorted(r.getMessage().split(" ")[1] for r in caplog.records)
-    assert warned == ["c01", "m09"]
-    assert all("strategy local keeps the agents" in r.getMessage() for r in caplog.records)
+    assert not waiting
+    assert sync.has_newcomers(members, placed)
+    assert after == fleet.clients == ["c00", "c01", "m08"]
+    assert engine.strategy.client_ids_ == ("c00", "c01", "m08")
+    np.testing.assert_array_equal(engine.strategy.models["m08"], engine.strategy.models["c01"])
+
+
+def test_a_member_moves_to_the_key_its_new_data_chose() -> None:
+    # Prepare: local training; c01's new data chose c02's model, c02's its own
+    presence = AgentRegistry()
+    for agent in ("c00", "c01", "c02"):
+        presence.update(status(agent, "online"))
+    engine = engine_of(Local(fraction=1.0), SyntheticFleet([0, 0, 1]))
+    engine.run_round()
+    members = ["c00", "c01", "c02"]
+
+    # Execute
+    after = MembershipSync(presence, CoordinatorMetrics(CollectorRegistry())).apply(
+        engine, MemberList(), members, placed={}, moves={"c01": "c02", "c02": "c02"}
+    )
+
+    # Assert: only c01 moves (to the end of the order), on a copy of c02's model
+    assert after == ["c00", "c02", "c01"]
+    np.testing.assert_array_equal(engine.strategy.models["c01"], engine.strategy.models["c02"])
 
 
 def test_apply_keeps_a_run_whose_every_member_was_retired() -> None:

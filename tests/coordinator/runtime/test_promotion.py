@@ -220,6 +220,9 @@ class _OneModel:
     def predict_models(self, agent: str) -> list[str]:
         return ["A"]
 
+    def model_key_for(self, agent: str) -> str:
+        return "A"
+
 
 def test_a_corrupt_serving_table_is_logged_naming_it_and_the_service_keeps_serving(
     setup: Any, caplog: pytest.LogCaptureFixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.runtime.service import signing_key
+from coordinator.runtime.signing_key import signing_key
 from faultfleet.wire.signing import KeyFileError, SigningKey
 
 

@@ -47,12 +47,6 @@ def strategy_factories() -> list[tuple[str, Factory]]:
     return [(name, factory_for(name)) for name in sorted(STRATEGIES)]
 
 
-@pytest.fixture(params=strategy_factories(), ids=lambda p: p[0])
-def new_strategy(request: pytest.FixtureRequest) -> Factory:
-    factory: Factory = request.param[1]
-    return factory
-
-
 def engine_for(strategy: Strategy, fleet: SyntheticFleet, seed: int = 0) -> RoundEngine:
     return RoundEngine(
         strategy, fleet, model_factory=seeded_factory(), train_config=TrainConfig(), seed=seed

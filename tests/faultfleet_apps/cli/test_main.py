@@ -204,6 +204,26 @@ def test_demo_writes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert report["coordinator"]["server_round"] == 2
     assert report["coordinator"]["finished"] is True
     assert report["live"]["diagnoses"] > 0
+    # the machine held back, m05, was found online after the campaign and served at once
+    (late,) = report["late_machines"]
+    assert late["agent_id"] == "m05"
+    assert late["placement"]["basis"] == "evaluation"
+    assert late["first_cluster"] == late["placement"]["cluster_id"]
+    assert "late machine m05: found online" in out
+    assert late["first_diagnosis_s"] >= 0  # served after it was found
+    assert "promotion gate (newest last" in out
+    assert "promoted" in out
+    # every cluster with its versions and decisions, offline from the state directory
+    state_dir = tmp_path / "fleet" / "state" / "coordinator"
+    capsys.readouterr()
+    assert main(["models", "list", "--state-dir", str(state_dir), "--json"]) == 0
+    clusters = json.loads(capsys.readouterr().out)["clusters"]
+    assert clusters
+    assert all(
+        c["versions"] and all(v["decision"] for v in c["versions"]) for c in clusters.values()
+    )
+    assert late["placement"]["cluster_id"] in clusters
+    assert "m05" in clusters[late["placement"]["cluster_id"]]["agents"]
 
 
 def test_demo_can_skip_the_federated_run(

@@ -198,18 +198,6 @@ def test_machines_join_and_leave_from_the_command_line(
     assert "fedavg: before round 3: m01, m02 left (4 members)" in err
 
 
-def test_a_schedule_for_a_strategy_with_fixed_clients_is_a_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    args = ["sim", "--strategy", "faacl", "--compare", "flacc", "--join", "m05@2"]
-
-    assert main([*args, "--out", str(tmp_path), *SMALL]) == 2
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "strategy 'flacc' keeps the clients it started with" in error
-    assert "strategies that accept them: faacl, fedavg" in error
-    assert not (tmp_path / "results.json").exists()
-
-
 @pytest.mark.parametrize(
     ("text", "expected"), [("m05@10", ("m05", 10)), ("pump@north@3", ("pump@north", 3))]
 )

@@ -198,3 +198,58 @@ def test_a_campaign_reads_as_round_x_of_y_with_the_next_triggers() -> None:
         "120 of 500 new labelled windows"
     )
     assert lines[-1] == "  cluster-0 v9 rejected 0.500 vs 0.912 (c2, round 42, 3 min ago)"
+
+
+def test_placed_machines_say_where_and_why_and_an_unverified_one_is_flagged() -> None:
+    # Prepare: m07 placed by its validation loss and trains from round 42; m09 by the rule
+    placements = [
+        {
+            "agent_id": "m07",
+            "cluster_id": "cluster-1",
+            "model_version": 5,
+            "basis": "evaluation",
+            "verified": True,
+            "scores": [
+                {"cluster_id": "cluster-1", "loss": 0.12, "accuracy": 0.97, "windows": 9},
+                {"cluster_id": "cluster-0", "loss": 1.93, "accuracy": 0.4, "windows": 9},
+            ],
+            "joined_round": 42,
+            "placed_at": NOW - 180,
+        },
+        {
+            "agent_id": "m09",
+            "cluster_id": "cluster-0",
+            "model_version": 5,
+            "basis": "most_members",
+            "verified": False,
+            "note": "it holds no labelled windows",
+            "placed_at": NOW - 5,
+        },
+    ]
+    coordinator = {
+        "state": "online",
+        "run_id": "r",
+        "strategy": "flacc",
+        "server_round": 41,
+        "campaign": None,
+        "recent_promotions": [],
+        "placements": placements,
+    }
+    agents = [
+        row("m09", "online", cluster_id="cluster-0", placement={"verified": False}),
+    ]
+
+    # Execute
+    lines = render_table(snapshot(agents, coordinator)).splitlines()
+
+    # Assert
+    assert "cluster-0 (unverified)" in lines[4]
+    assert lines[-3] == "placed when they joined:"
+    assert lines[-2] == (
+        "  m07 on cluster-1 v5: validation loss 0.120, accuracy 0.97 (next cluster-0 at "
+        "1.930); trains from round 42 (placed 3 min ago)"
+    )
+    assert lines[-1] == (
+        "  m09 on cluster-0 v5: the cluster of most machines, unverified: it holds no "
+        "labelled windows (placed 5 s ago)"
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from paho.mqtt.client import topic_matches_sub
 
-from faultfleet.wire.campaign_messages import CampaignNote, PromotionNote
+from faultfleet.wire.campaign_messages import CampaignNote, PlacementNote, PromotionNote
 from faultfleet.wire.messages import AgentHeartbeat, AgentStatus, CoordinatorStatus, Diagnosis
 from faultfleet.wire.topics import Topics
 from faultfleet_apps.fleet_status.view import STATUS_SCHEMA_VERSION, FleetView
@@ -204,6 +204,7 @@ def test_the_coordinator_without_a_campaign_yet() -> None:
         "timestamp": 99.0,
         "campaign": None,
         "recent_promotions": [],
+        "placements": [],
     }
     assert fold()["coordinator"] is None
 
@@ -259,3 +260,37 @@ def test_the_campaign_and_promotions_of_the_retained_status_come_first() -> None
     coordinator = snapshot["coordinator"]
     assert coordinator["campaign"] == note.model_dump(mode="json")
     assert coordinator["recent_promotions"] == [promotion.model_dump(mode="json")]
+
+
+def test_an_agent_carries_the_placement_the_coordinator_reported() -> None:
+    # Prepare: m07 placed without labels, unverified
+    note = PlacementNote(
+        agent_id="m07",
+        cluster_id="cluster-0",
+        model_version=3,
+        basis="most_members",
+        verified=False,
+        note="it holds no labelled windows",
+        placed_at=95.0,
+    )
+    coordinator = CoordinatorStatus(state="online", run_id="r", placements=(note,))
+
+    # Execute
+    snapshot = fold(
+        (TOPICS.coordinator_status(), coordinator.model_dump_json().encode()),
+        (TOPICS.agent_status("m07"), status("m07", "online", 96.0)),
+        (TOPICS.agent_status("m00"), status("m00", "online", 96.0)),
+    )
+
+    # Assert
+    rows = agents(snapshot)
+    assert rows["m07"]["placement"] == {
+        "cluster_id": "cluster-0",
+        "model_version": 3,
+        "basis": "most_members",
+        "verified": False,
+        "joined_round": None,
+        "placed_at": 95.0,
+    }
+    assert rows["m00"]["placement"] is None
+    assert snapshot["coordinator"]["placements"][0]["agent_id"] == "m07"

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.engine.rounds import MembershipError
 from faultfleet_apps.simulation.config import SimConfig
-from faultfleet_apps.simulation.membership import MembershipSchedule, refuse_fixed_membership
+from faultfleet_apps.simulation.membership import MembershipSchedule
 from faultfleet_apps.simulation.runner import RoundRecord
 
 CLIENTS = ["m00", "m01", "m02", "m03", "m04", "m05"]
@@ -114,14 +113,3 @@ def test_a_run_is_never_left_without_members() -> None:
     with pytest.raises(ValueError, match=r"before round 3 the last members \(m00, .*m04\)"):
         MembershipSchedule.plan(CLIENTS, (("m05", 3),), leaves)
     MembershipSchedule.plan(CLIENTS, (("m05", 2),), leaves)
-
-
-@pytest.mark.parametrize("strategy", ["flacc", "ifca", "local"])
-def test_strategies_with_fixed_clients_refuse_a_schedule(strategy: str) -> None:
-    with pytest.raises(
-        MembershipError,
-        match=rf"strategy '{strategy}' keeps the clients.*that accept them: faacl, fedavg",
-    ):
-        refuse_fixed_membership(strategy, (("m05", 3),), ())
-    refuse_fixed_membership(strategy, (), ())
-    refuse_fixed_membership("fedavg", (("m05", 3),), (("m01", 4),))

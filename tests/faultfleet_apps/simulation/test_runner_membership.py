@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.engine.rounds import MembershipError, RoundEngine
-from faultfleet.tasks import EvaluateOutcome, EvaluateTask, FitOutcome, FitTask
+from coordinator.engine.rounds import RoundEngine
+from faultfleet.tasks import EvaluateOutcome, EvaluateTask, FitOutcome, FitTask, Split
 from faultfleet_apps.simulation import runner
 from faultfleet_apps.simulation.config import SimConfig
 from faultfleet_apps.simulation.fleet import InProcessFleet
@@ -61,7 +61,9 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Seen:
     def spy_evaluate(
         self: InProcessFleet, server_round: int, tasks: Sequence[EvaluateTask]
     ) -> EvaluateOutcome:
-        note("evaluate", server_round, tasks)
+        # a newcomer's placement scores candidates on its validation split, after the round
+        placing = all(t.split is Split.VAL for t in tasks)
+        note("place" if placing else "evaluate", server_round, tasks)
         return evaluate(self, server_round, tasks)
 
     monkeypatch.setattr(InProcessFleet, "fit", spy_fit)
@@ -151,12 +153,16 @@ def test_members_from_the_start_are_evaluated_trained_or_not() -> None:
     assert sorted(evaluation.accuracy_by_client()) == ALL
 
 
-def test_a_strategy_with_fixed_clients_is_refused_before_round_one(seen: Seen) -> None:
-    with pytest.raises(
-        MembershipError, match=r"strategy 'flacc' keeps the clients.*accept them: faacl, fedavg"
-    ):
-        run_simulation(SCHEDULED, federation=federation())
-    assert seen == {}
+def test_a_flacc_newcomer_is_placed_by_its_evaluation_and_trains(
+    seen: Seen, engines: list[RoundEngine]
+) -> None:
+    result = run_simulation(SCHEDULED, federation=federation())
+
+    assert seen["place", 2] == ["m05"]  # offered the models after round 2
+    assert [r.members for r in result.history] == [5, 5, 6, 5, 5]
+    assert "m05" in engines[-1].strategy.client_ids_
+    assert "m01" not in engines[-1].strategy.client_ids_
+    assert any("m05" in seen.get(("fit", r), []) for r in (3, 4, 5))
 
 
 def test_an_unknown_client_is_an_error_naming_known_ones() -> None:
