@@ -45,7 +45,7 @@ from collections import deque
 from contextlib import AbstractContextManager
 
 from edge_agent.activity import Activity
-from edge_agent.batching import select_device
+from edge_agent.devices import device_name
 from edge_agent.diagnosis_delivery import DiagnosisDelivery
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.inference import LoadedModel, OnnxDiagnoser
@@ -109,7 +109,8 @@ class AgentService:
         self.metrics = metrics or AgentMetrics(class_names=source.class_names)
         self.clock = clock
         self.topics = Topics(settings.broker.topic_root)
-        self.device = select_device(settings.device)
+        self.device = device_name(settings.device)
+        """Where tasks train (``"cpu"``, ``"cuda"``); torch loads with the first task."""
         self.windows = WindowStore(
             settings.state_dir / "windows",
             sample_size=math.prod(source.sample_shape),
@@ -277,7 +278,7 @@ class AgentService:
             can_train=newest is not None and len(newest.train) > 0,
             num_train_samples=len(data.train) if data is not None else 0,
             labelled_windows=self.labelled.labelled_windows,
-            device=str(self.device),
+            device=self.device,
             model_version=active.version if active else None,
             software_version=__version__,
         )

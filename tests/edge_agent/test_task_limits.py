@@ -140,11 +140,11 @@ def test_the_cache_of_built_models_is_bounded(data: ClientData) -> None:
 
     # Execute
     for spec in specs:
-        runner._architecture(spec)
+        runner.compute().parameter_count(spec)
 
     # Assert
     assert runner.cached_models == 2
-    assert set(runner._models) == set(specs[-2:])
+    assert set(runner.compute()._models) == set(specs[-2:])
 
 
 def test_failures_of_one_kind_are_logged_once_as_a_warning(
