@@ -17,7 +17,9 @@ It samples the agent's resident set size (RSS, from ``/proc``; the agent starts 
 process) when its retained ``online`` status arrives ("start"; for ``simulated`` once its
 first diagnosis arrives too) and again after ``--idle-s`` seconds without training tasks
 ("idle"). For comparison it also prints the RSS of a bare Python interpreter after
-importing numpy, onnxruntime, torch and the agent's modules, each in a fresh process.
+importing numpy, onnxruntime, torch, the agent service, what ``faultfleet agent`` imports
+before its first task (its parser and command module) and the parser of every command, each
+in a fresh process.
 Median of ``--repeats`` agents per source. Numbers only, no pass/fail.
 """
 
@@ -55,7 +57,11 @@ IMPORTS = {
     "+ onnxruntime": "import numpy, onnxruntime",
     "+ torch": "import numpy, onnxruntime, torch",
     "edge_agent.service": "import edge_agent.service",
-    "faultfleet_apps.cli.main": "import faultfleet_apps.cli.main",
+    "faultfleet agent's modules": (
+        "from faultfleet_apps.cli.main import build_parser\n"
+        "build_parser('agent')\nimport faultfleet_apps.cli.agent_run"
+    ),
+    "every command's parser": "from faultfleet_apps.cli.main import build_parser\nbuild_parser()",
 }
 
 
@@ -131,9 +137,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="agents per source")
     args = parser.parse_args()
     print("command: python " + shlex.join(sys.argv))
-    print(f"{'process':<28}{'rss_mb':>9}")
+    print(f"{'process':<36}{'rss_mb':>9}")
     for label, statement in IMPORTS.items():
-        print(f"{'imports ' + label:<28}{import_rss_mb(statement):>9.0f}", flush=True)
+        print(f"{'imports ' + label:<36}{import_rss_mb(statement):>9.0f}", flush=True)
     broker = start_broker(prefer="auto", persistence=False)
     print(f"\n{broker.kind} broker on {broker.host}:{broker.port}; median of {args.repeats}")
     print(f"{'source':<12}{'start_mb':>10}{'idle_mb':>10}{'idle_s':>8}")
