@@ -11,12 +11,16 @@ gets its turn before anyone gets a second one. Together with the agent's limit o
 The first turn of the process may first run a setup (``on_first_turn``): ``faultfleet
 agent`` sets torch's thread pool there, since torch is loaded only for the first task
 (:mod:`edge_agent.task_compute`), not when the agents start.
+
+What is used only during a turn can be shared by everyone who takes turns here
+(:meth:`ComputeTurns.shared`): the agents of a process keep one built copy of each model
+architecture instead of one each (:class:`edge_agent.task_runner.TaskRunner`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from types import TracebackType
 
 
@@ -35,6 +39,8 @@ class ComputeTurns:
         self._next_ticket = 0
         self._serving = 0
         self._on_first_turn = on_first_turn
+        self._shared: dict[Hashable, object] = {}
+        self._shared_lock = threading.Lock()
 
     def acquire(self) -> None:
         """Wait for this caller's turn."""
@@ -56,6 +62,15 @@ class ComputeTurns:
         with self._condition:
             self._serving += 1
             self._condition.notify_all()
+
+    def shared(self, key: Hashable, factory: Callable[[], object]) -> object:
+        """The one value under ``key`` for every holder of these turns, made by ``factory``
+        the first time it is asked for. Its users may use it only during a turn, or use
+        it in ways that are safe from several threads at once."""
+        with self._shared_lock:
+            if key not in self._shared:
+                self._shared[key] = factory()
+            return self._shared[key]
 
     @property
     def waiting(self) -> int:

@@ -10,6 +10,7 @@ the import once, about a second.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import torch
@@ -28,6 +29,10 @@ class TaskCompute:
     """Builds the architectures tasks name (least recently used dropped beyond a bound) and
     answers in-process tasks with :class:`~edge_agent.executor.ClientExecutor`.
 
+    The agents of a process share one (:meth:`edge_agent.task_runner.TaskRunner.compute`):
+    the cache is thread-safe, and :meth:`execute` must run during the caller's compute turn
+    (an architecture is reparametrised while a task runs on it).
+
     Parameters
     ----------
     device : str or torch.device
@@ -40,6 +45,7 @@ class TaskCompute:
         self.device = torch.device(device)
         self.max_cached_models = max_cached_models
         self._models: OrderedDict[ModelSpec, tuple[nn.Module, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def cached_models(self) -> int:
@@ -69,11 +75,13 @@ class TaskCompute:
         return executor.execute(task)
 
     def _architecture(self, spec: ModelSpec) -> tuple[nn.Module, int]:
-        if spec in self._models:
-            self._models.move_to_end(spec)
-            return self._models[spec]
-        model = build_model(spec.name, tuple(spec.sample_shape), spec.n_classes).to(self.device)
-        self._models[spec] = (model, parameter_count(model))
-        while len(self._models) > self.max_cached_models:
-            self._models.popitem(last=False)
-        return self._models[spec]
+        with self._lock:
+            if spec in self._models:
+                self._models.move_to_end(spec)
+                return self._models[spec]
+            model = build_model(spec.name, tuple(spec.sample_shape), spec.n_classes)
+            built = (model.to(self.device), parameter_count(model))
+            self._models[spec] = built
+            while len(self._models) > self.max_cached_models:
+                self._models.popitem(last=False)
+            return built

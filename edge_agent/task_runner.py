@@ -252,11 +252,23 @@ class TaskRunner:
         return 0 if self._compute is None else self._compute.cached_models
 
     def compute(self) -> TaskCompute:
-        """The torch half of the tasks, imported and created at the first call."""
+        """The torch half of the tasks, imported and created at the first call.
+
+        Runners that share a :class:`~edge_agent.compute_turns.ComputeTurns` (the agents of
+        one process) share one, so they keep one built copy of each architecture: the
+        executor uses an architecture only during its runner's turn and never changes it.
+        """
         if self._compute is None:
             from edge_agent.task_compute import TaskCompute  # noqa: PLC0415 (loads torch)
 
-            self._compute = TaskCompute(
-                self.device, max_cached_models=self.limits.max_cached_models
-            )
+            def create() -> TaskCompute:
+                return TaskCompute(self.device, max_cached_models=self.limits.max_cached_models)
+
+            if isinstance(self.compute_lock, ComputeTurns):
+                key = (TaskCompute, str(self.device), self.limits.max_cached_models)
+                shared = self.compute_lock.shared(key, create)
+                assert isinstance(shared, TaskCompute)
+                self._compute = shared
+            else:
+                self._compute = create()
         return self._compute
