@@ -1,12 +1,12 @@
 """Resident memory of one real ``faultfleet agent`` process with the compact model, idle.
 
 Usage: python benchmarks/bench_agent_rss.py [--sources simulated live] [--idle-s 30]
-       [--repeats 3] [--machines 24]
+       [--repeats 3] [--machines 24] [--model compact]
 
 Starts a private Mosquitto broker (amqtt where Mosquitto is not installed), stores the
-``compact`` zoo model (seed 0, exported to ONNX) in the agent's model store, as a restarted
-agent finds it, and starts ``python -m faultfleet_apps.cli.main agent --config FILE`` with
-``device = "cpu"`` and one of two window sources:
+``compact`` zoo model (or ``--model``; seed 0, exported to ONNX) in the agent's model
+store, as a restarted agent finds it, and starts ``python -m faultfleet_apps.cli.main agent
+--config FILE`` with ``device = "cpu"`` and one of two window sources:
 
 * ``simulated``: one machine of the mixed-fault federation (the agent holds the machine's
   training data and diagnoses a simulated window every 0.1 s, publishing each diagnosis);
@@ -69,23 +69,30 @@ IMPORTS = {
 
 
 def import_rss_mb(statement: str) -> float:
-    """RSS in MB of a fresh interpreter right after ``statement``."""
+    """RSS in MB of a fresh interpreter right after ``statement``; NaN if it fails (a module
+    an older version of the code does not have)."""
     probe = f"{statement}\nimport os\nprint(int(open('/proc/self/statm').read().split()[1]))"
-    pages = subprocess.run(
-        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
-    ).stdout
-    return int(pages) * os.sysconf("SC_PAGE_SIZE") / MB
+    done = subprocess.run(
+        [sys.executable, "-c", probe], check=False, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return float("nan")
+    return int(done.stdout) * os.sysconf("SC_PAGE_SIZE") / MB
 
 
 def write_config(
-    folder: Path, broker: RunningBroker, source: str, public_key: str, machines: int | None
+    folder: Path,
+    broker: RunningBroker,
+    source: str,
+    public_key: str,
+    machines: int | None,
+    model: str = "compact",
 ) -> Path:
-    """The agent's TOML file; the model store of every agent already holds the compact
-    model."""
+    """The agent's TOML file; the model store of every agent already holds ``model``."""
     state = folder / "state"
     names = tuple(MIXED_FAULT_CLASS_NAMES)
-    weights = flatten_weights(build_model("compact", SAMPLE_SHAPE, len(names), seed=0))
-    exported = export_weights(weights, "compact", SAMPLE_SHAPE, len(names))
+    weights = flatten_weights(build_model(model, SAMPLE_SHAPE, len(names), seed=0))
+    exported = export_weights(weights, model, SAMPLE_SHAPE, len(names))
     loaded = OnnxDiagnoser(SAMPLE_SHAPE).load(
         exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="0", class_names=names
     )
@@ -106,7 +113,11 @@ def write_config(
 
 
 def measure_agent(
-    broker: RunningBroker, source: str, idle_s: float, machines: int | None = None
+    broker: RunningBroker,
+    source: str,
+    idle_s: float,
+    machines: int | None = None,
+    model: str = "compact",
 ) -> tuple[float, float]:
     """RSS in MB of one agent process (one agent, or ``machines`` simulated agents) once
     every agent is online (and diagnosing) and after ``idle_s`` seconds more."""
@@ -118,18 +129,18 @@ def measure_agent(
     monitor = MqttConnection(client_id="rss-monitor", settings=settings)
 
     def agent_of(topic: str) -> str:
-        return topic.split("/")[-2]
+        return topics.agent_of(topic) or ""
 
     def on_status(topic: str, payload: bytes) -> None:
         if b'"online"' in payload:
             online.add(agent_of(topic))
 
-    monitor.route(topics.agent_status("+"), on_status)
+    monitor.route(topics.all_agent_status(), on_status)
     monitor.route(topics.all_diagnoses(), lambda topic, _: diagnosed.add(agent_of(topic)))
     monitor.start()
     with tempfile.TemporaryDirectory(prefix="bench-agent-rss-") as name:
         key = SigningKey.generate().public_text
-        config = write_config(Path(name), broker, source, key, machines)
+        config = write_config(Path(name), broker, source, key, machines, model)
         command = [sys.executable, "-m", "faultfleet_apps.cli.main", "agent", "--config"]
         command.append(str(config))
         if machines is not None:
@@ -158,6 +169,7 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=30.0, help="seconds to idle")
     parser.add_argument("--repeats", type=int, default=3, help="agents per source")
     parser.add_argument("--machines", type=int, default=0, help="simulated agents in one process")
+    parser.add_argument("--model", choices=("compact", "paper"), default="compact")
     args = parser.parse_args()
     print("command: python " + shlex.join(sys.argv))
     print(f"{'process':<36}{'rss_mb':>9}")
@@ -169,14 +181,17 @@ def main() -> None:
     single: dict[str, tuple[float, float]] = {}
     try:
         for source in args.sources or ["simulated", "live"]:
-            runs = [measure_agent(broker, source, args.idle_s) for _ in range(args.repeats)]
+            runs = [
+                measure_agent(broker, source, args.idle_s, None, args.model)
+                for _ in range(args.repeats)
+            ]
             start = statistics.median(r[0] for r in runs)
             idle = statistics.median(r[1] for r in runs)
             single[source] = (start, idle)
             print(f"{source:<12}{start:>10.0f}{idle:>10.0f}{args.idle_s:>8.0f}", flush=True)
         if args.machines > 1:
             many = [
-                measure_agent(broker, "simulated", args.idle_s, args.machines)
+                measure_agent(broker, "simulated", args.idle_s, args.machines, args.model)
                 for _ in range(args.repeats)
             ]
             start = statistics.median(r[0] for r in many)
