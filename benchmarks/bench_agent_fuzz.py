@@ -55,7 +55,7 @@ from faultfleet.wire.settings import BrokerSettings, MetricsSettings
 from faultfleet.wire.signing import SigningKey
 from faultfleet.wire.topics import Topics
 from faultfleet_apps.brokers.launch import start_broker
-from faultfleet_apps.cli.runtime import build_source
+from faultfleet_apps.cli.agent_run import build_source
 
 TOPICS = Topics()
 SPEC = ModelSpec(name="compact", sample_shape=(1, 1024), n_classes=12)

@@ -1,12 +1,12 @@
 """Resident memory of one real ``faultfleet agent`` process with the compact model, idle.
 
 Usage: python benchmarks/bench_agent_rss.py [--sources simulated live] [--idle-s 30]
-       [--repeats 3]
+       [--repeats 3] [--machines 24] [--model compact]
 
 Starts a private Mosquitto broker (amqtt where Mosquitto is not installed), stores the
-``compact`` zoo model (seed 0, exported to ONNX) in the agent's model store, as a restarted
-agent finds it, and starts ``python -m faultfleet_apps.cli.main agent --config FILE`` with
-``device = "cpu"`` and one of two window sources:
+``compact`` zoo model (or ``--model``; seed 0, exported to ONNX) in the agent's model
+store, as a restarted agent finds it, and starts ``python -m faultfleet_apps.cli.main agent
+--config FILE`` with ``device = "cpu"`` and one of two window sources:
 
 * ``simulated``: one machine of the mixed-fault federation (the agent holds the machine's
   training data and diagnoses a simulated window every 0.1 s, publishing each diagnosis);
@@ -17,8 +17,14 @@ It samples the agent's resident set size (RSS, from ``/proc``; the agent starts 
 process) when its retained ``online`` status arrives ("start"; for ``simulated`` once its
 first diagnosis arrives too) and again after ``--idle-s`` seconds without training tasks
 ("idle"). For comparison it also prints the RSS of a bare Python interpreter after
-importing numpy, onnxruntime, torch and the agent's modules, each in a fresh process.
-Median of ``--repeats`` agents per source. Numbers only, no pass/fail.
+importing numpy, onnxruntime, torch, the agent service, what ``faultfleet agent`` imports
+before its first task (its parser and command module) and the parser of every command, each
+in a fresh process.
+Median of ``--repeats`` agents per source. With ``--machines N`` it also measures one
+``faultfleet agent --machines 0-(N-1)`` process of N simulated agents (``clients_per_group``
+enough for N machines; every agent's store holds the same model, as after a round where they
+share a cluster) and prints its RSS and the RSS per agent beyond the single simulated
+agent's, ``(process - single) / (N - 1)``. Numbers only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -55,30 +60,47 @@ IMPORTS = {
     "+ onnxruntime": "import numpy, onnxruntime",
     "+ torch": "import numpy, onnxruntime, torch",
     "edge_agent.service": "import edge_agent.service",
-    "faultfleet_apps.cli.main": "import faultfleet_apps.cli.main",
+    "faultfleet agent's modules": (
+        "from faultfleet_apps.cli.main import build_parser\n"
+        "build_parser('agent')\nimport faultfleet_apps.cli.agent_run"
+    ),
+    "every command's parser": "from faultfleet_apps.cli.main import build_parser\nbuild_parser()",
 }
 
 
 def import_rss_mb(statement: str) -> float:
-    """RSS in MB of a fresh interpreter right after ``statement``."""
+    """RSS in MB of a fresh interpreter right after ``statement``; NaN if it fails (a module
+    an older version of the code does not have)."""
     probe = f"{statement}\nimport os\nprint(int(open('/proc/self/statm').read().split()[1]))"
-    pages = subprocess.run(
-        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
-    ).stdout
-    return int(pages) * os.sysconf("SC_PAGE_SIZE") / MB
+    done = subprocess.run(
+        [sys.executable, "-c", probe], check=False, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return float("nan")
+    return int(done.stdout) * os.sysconf("SC_PAGE_SIZE") / MB
 
 
-def write_config(folder: Path, broker: RunningBroker, source: str, public_key: str) -> Path:
-    """The agent's TOML file; its model store already holds the compact model."""
+def write_config(
+    folder: Path,
+    broker: RunningBroker,
+    source: str,
+    public_key: str,
+    machines: int | None,
+    model: str = "compact",
+) -> Path:
+    """The agent's TOML file; the model store of every agent already holds ``model``."""
     state = folder / "state"
     names = tuple(MIXED_FAULT_CLASS_NAMES)
-    weights = flatten_weights(build_model("compact", SAMPLE_SHAPE, len(names), seed=0))
-    exported = export_weights(weights, "compact", SAMPLE_SHAPE, len(names))
+    weights = flatten_weights(build_model(model, SAMPLE_SHAPE, len(names), seed=0))
+    exported = export_weights(weights, model, SAMPLE_SHAPE, len(names))
     loaded = OnnxDiagnoser(SAMPLE_SHAPE).load(
         exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="0", class_names=names
     )
-    ModelStore(state / "model").save(exported.onnx_bytes, loaded)
-    table = f'kind = "{source}"\nclients_per_group = 1\n'
+    stores = ["model"] if machines is None else [f"rss{i:02d}/model" for i in range(machines)]
+    for store in stores:
+        ModelStore(state / store).save(exported.onnx_bytes, loaded)
+    per_group = 1 if machines is None else -(-machines // 6)
+    table = f'kind = "{source}"\nclients_per_group = {per_group}\n'
     config = folder / "agent.toml"
     config.write_text(
         f'agent_id = "rss"\ndevice = "cpu"\nstate_dir = "{state}"\n\n'
@@ -90,28 +112,45 @@ def write_config(folder: Path, broker: RunningBroker, source: str, public_key: s
     return config
 
 
-def measure_agent(broker: RunningBroker, source: str, idle_s: float) -> tuple[float, float]:
-    """RSS in MB of one agent at start and after ``idle_s`` seconds."""
+def measure_agent(
+    broker: RunningBroker,
+    source: str,
+    idle_s: float,
+    machines: int | None = None,
+    model: str = "compact",
+) -> tuple[float, float]:
+    """RSS in MB of one agent process (one agent, or ``machines`` simulated agents) once
+    every agent is online (and diagnosing) and after ``idle_s`` seconds more."""
     settings = BrokerSettings(host=broker.host, port=broker.port)
     topics = Topics(settings.topic_root)
-    online, diagnosed = threading.Event(), threading.Event()
+    expected = 1 if machines is None else machines
+    online: set[str] = set()
+    diagnosed: set[str] = set()
     monitor = MqttConnection(client_id="rss-monitor", settings=settings)
-    monitor.route(
-        topics.agent_status("rss"),
-        lambda _topic, payload: online.set() if b'"online"' in payload else None,
-    )
-    monitor.route(topics.diagnoses("rss"), lambda _topic, _payload: diagnosed.set())
+
+    def agent_of(topic: str) -> str:
+        return topics.agent_of(topic) or ""
+
+    def on_status(topic: str, payload: bytes) -> None:
+        if b'"online"' in payload:
+            online.add(agent_of(topic))
+
+    monitor.route(topics.all_agent_status(), on_status)
+    monitor.route(topics.all_diagnoses(), lambda topic, _: diagnosed.add(agent_of(topic)))
     monitor.start()
     with tempfile.TemporaryDirectory(prefix="bench-agent-rss-") as name:
-        config = write_config(Path(name), broker, source, SigningKey.generate().public_text)
+        key = SigningKey.generate().public_text
+        config = write_config(Path(name), broker, source, key, machines, model)
         command = [sys.executable, "-m", "faultfleet_apps.cli.main", "agent", "--config"]
-        agent = subprocess.Popen([*command, str(config)], stderr=subprocess.DEVNULL)
+        command.append(str(config))
+        if machines is not None:
+            command += ["--machines", f"0-{machines - 1}"]
+        agent = subprocess.Popen(command, stderr=subprocess.DEVNULL)
         try:
-            ready = [online] if source == "live" else [online, diagnosed]
-            deadline = time.monotonic() + 120
-            while not all(e.is_set() for e in ready):
+            deadline = time.monotonic() + 120 + 5 * expected
+            while len(online) < expected or (source != "live" and len(diagnosed) < expected):
                 if agent.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the {source} agent did not come online")
+                    raise RuntimeError(f"the {source} agent(s) did not come online")
                 time.sleep(0.05)
             start = rss_bytes(agent.pid) / MB
             time.sleep(idle_s)
@@ -129,20 +168,41 @@ def main() -> None:
     parser.add_argument("--sources", nargs="+", choices=("simulated", "live"), default=None)
     parser.add_argument("--idle-s", type=float, default=30.0, help="seconds to idle")
     parser.add_argument("--repeats", type=int, default=3, help="agents per source")
+    parser.add_argument("--machines", type=int, default=0, help="simulated agents in one process")
+    parser.add_argument("--model", choices=("compact", "paper"), default="compact")
     args = parser.parse_args()
     print("command: python " + shlex.join(sys.argv))
-    print(f"{'process':<28}{'rss_mb':>9}")
+    print(f"{'process':<36}{'rss_mb':>9}")
     for label, statement in IMPORTS.items():
-        print(f"{'imports ' + label:<28}{import_rss_mb(statement):>9.0f}", flush=True)
+        print(f"{'imports ' + label:<36}{import_rss_mb(statement):>9.0f}", flush=True)
     broker = start_broker(prefer="auto", persistence=False)
     print(f"\n{broker.kind} broker on {broker.host}:{broker.port}; median of {args.repeats}")
     print(f"{'source':<12}{'start_mb':>10}{'idle_mb':>10}{'idle_s':>8}")
+    single: dict[str, tuple[float, float]] = {}
     try:
         for source in args.sources or ["simulated", "live"]:
-            runs = [measure_agent(broker, source, args.idle_s) for _ in range(args.repeats)]
+            runs = [
+                measure_agent(broker, source, args.idle_s, None, args.model)
+                for _ in range(args.repeats)
+            ]
             start = statistics.median(r[0] for r in runs)
             idle = statistics.median(r[1] for r in runs)
+            single[source] = (start, idle)
             print(f"{source:<12}{start:>10.0f}{idle:>10.0f}{args.idle_s:>8.0f}", flush=True)
+        if args.machines > 1:
+            many = [
+                measure_agent(broker, "simulated", args.idle_s, args.machines, args.model)
+                for _ in range(args.repeats)
+            ]
+            start = statistics.median(r[0] for r in many)
+            idle = statistics.median(r[1] for r in many)
+            label = f"{args.machines} simulated"
+            print(f"{label:<12}{start:>10.0f}{idle:>10.0f}{args.idle_s:>8.0f}", flush=True)
+            if "simulated" in single:
+                base = single["simulated"]
+                per_start = (start - base[0]) / (args.machines - 1)
+                per_idle = (idle - base[1]) / (args.machines - 1)
+                print(f"{'per agent':<12}{per_start:>10.1f}{per_idle:>10.1f}", flush=True)
     finally:
         broker.stop()
 

@@ -47,7 +47,7 @@ from edge_agent.settings import AgentSettings, DiagnosisSettings, SigningSetting
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
 from faultfleet.wire.signing import SigningKey
 from faultfleet_apps.brokers.launch import RunningBroker, start_broker
-from faultfleet_apps.cli.runtime import build_source
+from faultfleet_apps.cli.agent_run import build_source
 
 DEADLINE_S = 60.0
 _ROUND_LINE = re.compile(r"round (\d+)/\d+: (\d+) of (\d+) answered, \d+ cluster\(s\), ([\d.]+) s")

@@ -7,21 +7,40 @@ queued) may take it again before agents that have been waiting, round after roun
 :class:`ComputeTurns` is a ticket lock — first come, first served — so every waiting agent
 gets its turn before anyone gets a second one. Together with the agent's limit on epochs
 (``[tasks] max_epochs``), which bounds one turn, no agent's tasks can starve another's.
+
+The first turn of the process may first run a setup (``on_first_turn``): ``faultfleet
+agent`` sets torch's thread pool there, since torch is loaded only for the first task
+(:mod:`edge_agent.task_compute`), not when the agents start.
+
+What is used only during a turn can be shared by everyone who takes turns here
+(:meth:`ComputeTurns.shared`): the agents of a process keep one built copy of each model
+architecture instead of one each (:class:`edge_agent.task_runner.TaskRunner`).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Hashable
 from types import TracebackType
 
 
 class ComputeTurns:
-    """A first-come, first-served lock (a ticket lock); a context manager."""
+    """A first-come, first-served lock (a ticket lock); a context manager.
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    on_first_turn : callable, optional
+        Called once, by the first caller to get a turn, before its turn begins; if it
+        raises, that turn ends and the next caller runs it again.
+    """
+
+    def __init__(self, on_first_turn: Callable[[], object] | None = None) -> None:
         self._condition = threading.Condition()
         self._next_ticket = 0
         self._serving = 0
+        self._on_first_turn = on_first_turn
+        self._shared: dict[Hashable, object] = {}
+        self._shared_lock = threading.Lock()
 
     def acquire(self) -> None:
         """Wait for this caller's turn."""
@@ -30,12 +49,28 @@ class ComputeTurns:
             self._next_ticket += 1
             while ticket != self._serving:
                 self._condition.wait()
+        if self._on_first_turn is not None:  # only the holder of the turn gets here
+            try:
+                self._on_first_turn()
+            except BaseException:
+                self.release()
+                raise
+            self._on_first_turn = None
 
     def release(self) -> None:
         """End the current turn; the longest waiting caller goes next."""
         with self._condition:
             self._serving += 1
             self._condition.notify_all()
+
+    def shared(self, key: Hashable, factory: Callable[[], object]) -> object:
+        """The one value under ``key`` for every holder of these turns, made by ``factory``
+        the first time it is asked for. Its users may use it only during a turn, or use
+        it in ways that are safe from several threads at once."""
+        with self._shared_lock:
+            if key not in self._shared:
+                self._shared[key] = factory()
+            return self._shared[key]
 
     @property
     def waiting(self) -> int:

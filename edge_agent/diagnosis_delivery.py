@@ -10,8 +10,14 @@
    it goes to the bounded on-disk outbox (:class:`~edge_agent.outbox.DiagnosisOutbox`,
    ``[diagnosis] outbox_max_diagnoses``), so that it keeps its place in line; the oldest
    beyond the bound are dropped and counted on ``faultfleet_diagnoses_dropped_total``.
-3. **Log.** Then it is appended to the local log. A full disk stops the log (counted on
-   ``faultfleet_diagnosis_log_failures_total``), never the publishing, which comes first.
+3. **Log.** Then the same JSON is appended to the local log, written in batches at most
+   ``[diagnosis] flush_delay_s`` after it (:mod:`edge_agent.diagnosis_log`; the outbox
+   thread writes a batch whose delay is up when no new diagnosis does). A full disk stops
+   the log (each line missed counted on ``faultfleet_diagnosis_log_failures_total``),
+   never the publishing, which comes first.
+
+The message is serialised once, with pydantic's ``model_dump_json``, for the broker, the
+outbox and the log alike.
 
 The outbox thread (:meth:`DiagnosisDelivery.run`) sends what the outbox holds once the
 connection is back: it first waits until the broker acknowledged the messages sent before
@@ -28,7 +34,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from edge_agent.diagnosis_log import DiagnosisLog
+from edge_agent.diagnosis_log import DiagnosisLog, LogWriteError
 from edge_agent.metrics import AgentMetrics
 from edge_agent.outbox import DiagnosisOutbox, OutboxDrop
 from faultfleet.clock import SYSTEM_CLOCK, Clock
@@ -62,6 +68,9 @@ class DiagnosisDelivery:
         Paces the outbox thread's checks.
     ack_timeout_s : float, seconds
         How long the outbox thread waits for the acknowledgements of a batch.
+    on_tick : callable, optional
+        Called by the outbox thread at every wake-up (at least every 0.5 s), after it wrote
+        the log lines whose delay is up: the agent writes its kept windows there.
     """
 
     def __init__(
@@ -77,6 +86,7 @@ class DiagnosisDelivery:
         on_error: Callable[[Exception], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         ack_timeout_s: float = 10.0,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.connection = connection
@@ -88,10 +98,12 @@ class DiagnosisDelivery:
         self.on_error = on_error or (lambda error: logger.exception("outbox", exc_info=error))
         self.clock = clock
         self.ack_timeout_s = ack_timeout_s
+        self.on_tick = on_tick
         self._wake = threading.Event()
         self._handed_over = 0
         """Outbox records before this index were given to the MQTT client, some not
         acknowledged when the connection dropped: the client sends those again itself."""
+        self._log_lock = threading.Lock()
         self._log_failing = False
         self._outbox_failing = False
         self._report_outbox()
@@ -105,11 +117,12 @@ class DiagnosisDelivery:
             It could not be published nor kept (too large, the connection stopped); it is
             still logged first.
         """
+        payload = diagnosis.model_dump_json().encode()
         try:
             if self.publish:
-                self._publish_or_keep(diagnosis.model_dump_json().encode())
+                self._publish_or_keep(payload)
         finally:
-            self._write_log(diagnosis)
+            self._write_log(payload)
 
     def connection_changed(self, connected: bool) -> None:
         """Network thread: wake the outbox thread when the connection is back."""
@@ -161,6 +174,16 @@ class DiagnosisDelivery:
                     self.on_error(error)
             self.clock.wait(self._wake, 0.5)
             self._wake.clear()
+            self._tick()
+
+    def _tick(self) -> None:
+        """Write what waits for the disk once its delay is up."""
+        try:
+            self.flush_log(only_due=True)
+            if self.on_tick is not None:
+                self.on_tick()
+        except Exception as error:  # a bug: counted, tried again at the next tick
+            self.on_error(error)
 
     def _drain(self, stop: threading.Event) -> None:
         """Send the outbox, oldest first, while connected; the diagnoses sent."""
@@ -194,23 +217,37 @@ class DiagnosisDelivery:
             )
 
     def close(self) -> None:
-        """Close the outbox (what waits stays for the next start) and the local log."""
+        """Close the outbox (what waits stays for the next start) and the local log, writing
+        the lines that wait for it."""
         self.outbox.close()
         try:
             self.log.close()
-        except OSError as error:  # the last lines could not be flushed: a full disk
+        except OSError as error:  # the last lines could not be written: a full disk
+            if isinstance(error, LogWriteError):
+                self.metrics.diagnosis_log_failures.inc(error.lines_lost)
             logger.warning("%s: closing the diagnosis log: %s", self.agent_id, error)
 
     # -- the local log ---------------------------------------------------------------------
 
-    def _write_log(self, diagnosis: Diagnosis) -> None:
-        """Append to the local log; a failing disk is counted and logged when it starts
-        and when it ends, and never stops diagnosis or publishing."""
+    def flush_log(self, *, only_due: bool = False) -> None:
+        """Write the waiting log lines (with ``only_due``, once their delay is up); a failing
+        disk is counted and logged as for :meth:`deliver`."""
+        self._logged(lambda: self.log.flush(only_due=only_due))
+
+    def _write_log(self, line: bytes) -> None:
+        """Append one line to the local log; a failing disk is counted and logged when it
+        starts and when it ends, and never stops diagnosis or publishing."""
+        self._logged(lambda: self.log.append_line(line))
+
+    def _logged(self, write: Callable[[], int]) -> None:
         try:
-            self.log.append(diagnosis.model_dump())
-        except OSError as error:
-            self.metrics.diagnosis_log_failures.inc()
-            if not self._log_failing:
+            written = write()
+        except OSError as error:  # LogWriteError: a batch; otherwise this line (rotation)
+            lost = error.lines_lost if isinstance(error, LogWriteError) else 1
+            self.metrics.diagnosis_log_failures.inc(lost)
+            with self._log_lock:
+                failing, self._log_failing = self._log_failing, True
+            if not failing:
                 logger.error(
                     "%s: cannot write the diagnosis log %s (%s); diagnoses are still "
                     "published, free disk space to keep them locally "
@@ -219,8 +256,9 @@ class DiagnosisDelivery:
                     self.log.path,
                     error,
                 )
-            self._log_failing = True
             return
-        if self._log_failing:
-            logger.info("%s: the diagnosis log is written again", self.agent_id)
-            self._log_failing = False
+        if written:
+            with self._log_lock:
+                failing, self._log_failing = self._log_failing, False
+            if failing:
+                logger.info("%s: the diagnosis log is written again", self.agent_id)

@@ -3,13 +3,21 @@
 Every diagnosis is one JSON object on one line of ``path``. When the next line would take
 the file past ``max_bytes`` it is rotated — ``path`` becomes ``path.1``, ``path.1`` becomes
 ``path.2`` and so on, the oldest beyond ``backups`` deleted — so the log never takes more
-than about ``(backups + 1) * max_bytes`` bytes of a gateway's disk. Lines are flushed one
-by one (no fsync: a power cut may tear the last line); a torn line is skipped with a
-warning when reading, and the next append starts on a fresh line.
+than about ``(backups + 1) * max_bytes`` bytes of a gateway's disk.
+
+Lines are written in batches (:class:`~edge_agent.write_batch.WriteBatch`): at the latest
+``flush_delay_s`` seconds after the first of them was appended (``flush_delay_s = 0``, the
+default here, writes every line at once), when 64 kB wait, on :meth:`DiagnosisLog.flush`
+and on close. So a crash of the process may lose the lines of the last ``flush_delay_s``
+seconds, and, as there is no fsync, a power cut those the operating system had not written
+yet. A write that fails (a full disk) loses the lines of its batch, says how many
+(:class:`LogWriteError`) and leaves the log usable; a line torn by a failed or cut-short
+write is skipped with a warning when reading, and the next write starts on a fresh line.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -17,14 +25,24 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
+from edge_agent.write_batch import WriteBatch
+from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
 MIN_MAX_BYTES = 1024
 """Smallest accepted ``max_bytes``."""
+
+
+class LogWriteError(OSError):
+    """Writing waiting lines to the log failed; ``lines_lost`` of them are not in it."""
+
+    def __init__(self, error: OSError, lines_lost: int) -> None:
+        super().__init__(error.errno, error.strerror or str(error))
+        self.lines_lost = lines_lost
 
 
 class DiagnosisLog:
@@ -39,9 +57,21 @@ class DiagnosisLog:
         Largest size of one file in bytes, at least 1024.
     backups : int
         Rotated files kept, at least 0 (0: the log restarts empty when full).
+    flush_delay_s : float, seconds
+        Longest wait of a line before it is written (module docstring); 0: at once.
+    clock : Clock
+        Times the wait.
     """
 
-    def __init__(self, path: str | Path, *, max_bytes: int = 10_000_000, backups: int = 3) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_bytes: int = 10_000_000,
+        backups: int = 3,
+        flush_delay_s: float = 0.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
             raise UsageError(
                 f"max_bytes must be an int >= {MIN_MAX_BYTES} bytes, got {max_bytes!r}; "
@@ -55,8 +85,12 @@ class DiagnosisLog:
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._remove_stale_backups()
-        self._handle: IO[bytes] | None = None
+        self._batch = WriteBatch(delay_s=flush_delay_s, clock=clock)
+        self._handle: io.FileIO | None = None
         self._size = 0
+        """Bytes of the current file, waiting lines included."""
+        self._torn = False
+        """A failed write left part of a line: the next write starts on a fresh line."""
         self._open()
 
     def _rotated(self, number: int) -> Path:
@@ -71,20 +105,26 @@ class DiagnosisLog:
             number += 1
 
     def _open(self) -> None:
-        handle = self.path.open("ab")
-        size = handle.tell()
+        handle = io.FileIO(self.path, "ab")  # unbuffered: the batches are the buffer
+        size = handle.seek(0, os.SEEK_END)
         if size > 0:
             with self.path.open("rb") as reader:
                 reader.seek(size - 1)
                 torn = reader.read(1) != b"\n"
             if torn:
                 handle.write(b"\n")  # the last line was torn: start ours on a fresh line
-                handle.flush()
                 size += 1
-        self._handle, self._size = handle, size
+        self._handle, self._size, self._torn = handle, size, False
 
     def _rotate(self) -> None:
+        """Start a new file (the lock is held); the waiting lines go to the old one first,
+        and a failure to write them is raised once the new file is open."""
         assert self._handle is not None
+        failure: LogWriteError | None = None
+        try:
+            self._write()
+        except LogWriteError as error:
+            failure = error
         self._handle.close()
         if self.backups == 0:
             self.path.unlink()
@@ -94,9 +134,11 @@ class DiagnosisLog:
                     os.replace(self._rotated(number - 1), self._rotated(number))
             os.replace(self.path, self._rotated(1))
         self._open()
+        if failure is not None:
+            raise failure
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write ``record`` as one JSON line (flushed), rotating first when the file is full.
+        """Write ``record`` as one JSON line (:meth:`append_line`).
 
         Raises
         ------
@@ -105,6 +147,8 @@ class DiagnosisLog:
         ValueError
             If it holds NaN or infinity (not valid JSON), its line is longer than
             ``max_bytes``, or the log is closed.
+        LogWriteError
+            As :meth:`append_line`.
         """
         try:
             text = json.dumps(dict(record), allow_nan=False, separators=(",", ":"))
@@ -113,7 +157,28 @@ class DiagnosisLog:
                 f"diagnosis record {dict(record)!r} holds NaN or infinity, which JSON cannot "
                 "represent; replace them (e.g. by null) before logging"
             ) from exc
-        line = (text + "\n").encode("utf-8")
+        self.append_line(text.encode("utf-8"))
+
+    def append_line(self, line: bytes) -> int:
+        """Append ``line``, one JSON object in UTF-8 without its newline (e.g. a message's
+        ``model_dump_json()``), rotating first when the file is full; it is written when
+        its batch is due (module docstring).
+
+        Returns
+        -------
+        int
+            Lines written to the file by this call (0 while its batch waits).
+
+        Raises
+        ------
+        ValueError
+            The line holds a newline, is longer than ``max_bytes``, or the log is closed.
+        LogWriteError
+            Writing the batch this line completed failed (this line included).
+        """
+        if b"\n" in line:
+            raise ValueError("a diagnosis log line must not hold a newline; give one JSON object")
+        line += b"\n"
         if len(line) > self.max_bytes:
             raise ValueError(
                 f"diagnosis record of {len(line)} bytes is larger than max_bytes="
@@ -122,20 +187,65 @@ class DiagnosisLog:
         with self._lock:
             if self._handle is None:
                 raise ValueError(f"diagnosis log {self.path} is closed; open a new DiagnosisLog")
+            failure: LogWriteError | None = None
             if self._size > 0 and self._size + len(line) > self.max_bytes:
-                self._rotate()
-                assert self._handle is not None
-            self._handle.write(line)
-            self._handle.flush()
+                try:
+                    self._rotate()
+                except LogWriteError as error:  # the earlier lines; this one still waits
+                    failure = error
             self._size += len(line)
+            written = 0
+            if self._batch.add(line):
+                try:
+                    written = self._write()
+                except LogWriteError as error:
+                    earlier = failure.lines_lost if failure is not None else 0
+                    raise LogWriteError(error, error.lines_lost + earlier) from error
+            if failure is not None:
+                raise failure
+            return written
+
+    def flush(self, *, only_due: bool = False) -> int:
+        """Write the waiting lines now (with ``only_due``, only once their delay is up);
+        the number of lines written.
+
+        Raises
+        ------
+        LogWriteError
+            The write failed; its lines are lost.
+        """
+        with self._lock:
+            if self._handle is not None and (not only_due or self._batch.due()):
+                return self._write()
+            return 0
+
+    def _write(self) -> int:
+        """Write the batch, the lock held; the number of lines written."""
+        assert self._handle is not None
+        if not self._batch.records:
+            return 0
+        lines = len(self._batch)
+        data = (b"\n" if self._torn else b"") + b"".join(self._batch.take())
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                done += self._handle.write(view[done:]) or 0
+        except OSError as error:
+            lost = data[done:]
+            self._size -= len(lost)
+            self._torn = done > 0 and data[done - 1 : done] != b"\n"
+            raise LogWriteError(error, lost.count(b"\n")) from error
+        self._torn = False
+        return lines
 
     def recent(self, n: int) -> list[dict[str, Any]]:
         """The last ``n`` records across the current and rotated files, newest last."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be an int >= 0, got {n!r}")
         newest_first = [self.path, *(self._rotated(k) for k in range(1, self.backups + 1))]
-        collected: list[dict[str, Any]] = []
         with self._lock:
+            waiting = b"".join(self._batch.records).decode("utf-8", "replace")
+            collected = self._parse(waiting, self.path)
             for file in newest_first:
                 if len(collected) >= n:
                     break
@@ -143,10 +253,13 @@ class DiagnosisLog:
                     collected = self._read(file) + collected
         return collected[len(collected) - n :] if n else []
 
+    @classmethod
+    def _read(cls, file: Path) -> list[dict[str, Any]]:
+        return cls._parse(file.read_bytes().decode("utf-8", "replace"), file)
+
     @staticmethod
-    def _read(file: Path) -> list[dict[str, Any]]:
+    def _parse(text: str, file: Path) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
-        text = file.read_bytes().decode("utf-8", "replace")
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -162,11 +275,21 @@ class DiagnosisLog:
         return records
 
     def close(self) -> None:
-        """Close the file; :meth:`recent` still works, :meth:`append` raises."""
+        """Write the waiting lines and close the file; :meth:`recent` still works,
+        :meth:`append` raises.
+
+        Raises
+        ------
+        LogWriteError
+            The last lines could not be written (the file is closed all the same).
+        """
         with self._lock:
             if self._handle is not None:
-                self._handle.close()
-                self._handle = None
+                try:
+                    self._write()
+                finally:
+                    self._handle.close()
+                    self._handle = None
 
     def __enter__(self) -> DiagnosisLog:
         return self

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edge_agent.executor import AnyResult, AnyTask, DataNeeds
+from edge_agent.task_needs import AnyResult, AnyTask, DataNeeds
 from faultfleet.tasks import (
     EvaluateResult,
     EvaluateTask,

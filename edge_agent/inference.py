@@ -3,7 +3,8 @@
 The coordinator publishes each cluster's model as ONNX bytes with their SHA-256 digest (see
 :mod:`coordinator.adapters.onnx_export`). :class:`OnnxDiagnoser` checks the digest, builds an ONNX
 Runtime session, checks the graph's input and outputs and runs one warm-up window before the
-new model replaces the active one, so a bad payload never interrupts diagnosis.
+new model replaces the active one, so a bad payload never interrupts diagnosis. Agents of
+one process that load the same model share its session (:mod:`edge_agent.onnx_sessions`).
 :class:`~edge_agent.model_store.ModelStore` keeps the active model on disk so that a restarted
 agent diagnoses at once, before the broker delivers the retained model again.
 """
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from edge_agent.onnx_sessions import shared_session
 from faultfleet.errors import FaultfleetError, UsageError
 from faultfleet.types import FloatArray, IntArray
 
@@ -265,7 +267,12 @@ class OnnxDiagnoser:
                 "keep the current model and wait for the next announcement"
             )
         with self._load_lock:
-            session = self._session(onnx_bytes, version)
+            session = shared_session(
+                actual,
+                self.providers,
+                self.intra_op_threads,
+                lambda: self._session(onnx_bytes, version),
+            )
             n_classes = self._checked_graph(session, version)
             loaded = LoadedModel(
                 version, cluster_id, actual, self.sample_shape, n_classes, tuple(class_names)

@@ -276,6 +276,17 @@ class AgentMetrics:
         self.windows_processed.inc(len(names))
         self.inference_latency_seconds.observe(latency_s)
 
+    def observe_diagnosis(self, class_id: int, latency_s: float) -> None:
+        """:meth:`observe_diagnoses` of one window (the agent's diagnosis thread), without
+        building a batch: its class id and the call's latency, seconds."""
+        if not 0 <= class_id < len(self._class_names):
+            self.observe_diagnoses([class_id], latency_s)  # raises, naming what is wrong
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise ValueError(f"inference latency {latency_s!r} s must be a finite number >= 0")
+        self._diagnosis_counters[self._class_names[class_id]].inc()
+        self.windows_processed.inc()
+        self.inference_latency_seconds.observe(latency_s)
+
     def set_model_version(self, version: int) -> None:
         """Record the version of the model now in use (0 or more)."""
         if version < 0:

@@ -45,7 +45,7 @@ from collections import deque
 from contextlib import AbstractContextManager
 
 from edge_agent.activity import Activity
-from edge_agent.batching import select_device
+from edge_agent.devices import device_name
 from edge_agent.diagnosis_delivery import DiagnosisDelivery
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.inference import LoadedModel, OnnxDiagnoser
@@ -109,11 +109,14 @@ class AgentService:
         self.metrics = metrics or AgentMetrics(class_names=source.class_names)
         self.clock = clock
         self.topics = Topics(settings.broker.topic_root)
-        self.device = select_device(settings.device)
+        self.device = device_name(settings.device)
+        """Where tasks train (``"cpu"``, ``"cuda"``); torch loads with the first task."""
         self.windows = WindowStore(
             settings.state_dir / "windows",
             sample_size=math.prod(source.sample_shape),
             max_bytes=settings.labels.keep_windows_bytes,
+            flush_delay_s=settings.diagnosis.flush_delay_s,
+            clock=clock,
         )
         self.labelled = LabelledData(
             self.agent_id,
@@ -152,6 +155,8 @@ class AgentService:
             settings.state_dir / "diagnoses.jsonl",
             max_bytes=settings.diagnosis.log_max_bytes,
             backups=settings.diagnosis.log_backups,
+            flush_delay_s=settings.diagnosis.flush_delay_s,
+            clock=clock,
         )
         self.class_names: tuple[str, ...] = source.class_names
         self.windows_diagnosed = 0
@@ -201,6 +206,7 @@ class AgentService:
             publish=settings.diagnosis.publish,
             on_error=lambda error: self.errors(AgentThread.OUTBOX, error),
             clock=clock,
+            on_tick=lambda: self.windows.flush(only_due=True),
         )
         self.connection.route(self.topics.tasks(self.agent_id), self.worker.on_task)
         self.activity = Activity(
@@ -277,7 +283,7 @@ class AgentService:
             can_train=newest is not None and len(newest.train) > 0,
             num_train_samples=len(data.train) if data is not None else 0,
             labelled_windows=self.labelled.labelled_windows,
-            device=str(self.device),
+            device=self.device,
             model_version=active.version if active else None,
             software_version=__version__,
         )
@@ -362,18 +368,19 @@ class AgentService:
         started = time.perf_counter()
         prediction = self.diagnoser.predict(window.samples)
         latency = time.perf_counter() - started
+        model = prediction.model
         class_id = int(prediction.class_ids[0])
-        if self.class_names != prediction.model.names():
-            self._use_class_names(prediction.model)  # the model that answered names it
-        names = self.class_names
+        if self.class_names != model.names():
+            self._use_class_names(model)  # the model that answered names it
+        probability = prediction.probabilities.item(0, class_id)  # float32 as a Python float
         diagnosis = Diagnosis(
             agent_id=self.agent_id,
             window_index=self.windows_diagnosed,
             class_id=class_id,
-            class_name=names[class_id],
-            probability=float(min(1.0, max(0.0, prediction.probabilities[0, class_id]))),
-            model_version=prediction.model.version,
-            cluster_id=prediction.model.cluster_id,
+            class_name=self.class_names[class_id],
+            probability=min(1.0, max(0.0, probability)),
+            model_version=model.version,
+            cluster_id=model.cluster_id,
             timestamp=window.timestamp,
             latency_s=latency,
             true_label=window.true_label,
@@ -381,6 +388,6 @@ class AgentService:
         )
         self.windows_diagnosed += 1
         self.windows.keep(window.samples, window.timestamp)
-        self.metrics.observe_diagnoses([class_id], latency)
+        self.metrics.observe_diagnosis(class_id, latency)
         self.activity.observe(diagnosis)
         self.delivery.deliver(diagnosis)

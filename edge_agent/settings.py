@@ -65,6 +65,11 @@ class DiagnosisSettings(BaseModel):
     """Time between simulated or replayed windows (a live sensor sets its own pace)."""
     log_max_bytes: Annotated[int, Field(ge=1024)] = 10_000_000
     log_backups: Annotated[int, Field(ge=0)] = 3
+    flush_delay_s: Annotated[float, Field(ge=0, le=60)] = 1.0
+    """Longest time a diagnosis log line or a kept window waits in memory before it is
+    written to disk, so that a window costs no disk write of its own; a crash of the agent
+    loses at most this much of the log and the kept windows (published diagnoses and the
+    outbox are not delayed). 0: every window written at once."""
     backlog_windows: Positive = 256
     """Windows kept while no model has arrived yet; the oldest go first beyond this."""
     publish: bool = True

@@ -12,7 +12,9 @@
    into the in-process task (:func:`~edge_agent.frames.in_process_task`);
 3. :class:`~edge_agent.executor.ClientExecutor` answers it — the same code the simulator
    runs for its clients; the executor's module docstring says what it does and why it is
-   the one implementation;
+   the one implementation (through :class:`~edge_agent.task_compute.TaskCompute`, the
+   only part that needs torch: it is imported at the first task that passes step 1, so
+   that an agent loads torch only once it is asked to train);
 4. the answer is encoded as the task asks (:func:`~edge_agent.frames.answer_frame`).
 
 Problems with the agent's own data, a diverged model, or an answer too large to publish
@@ -30,24 +32,24 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from edge_agent.compute_turns import ComputeTurns
-from edge_agent.executor import ClientExecutor, data_problem
 from edge_agent.frames import Answer, answer_frame, data_needs, failed_frame, in_process_task
+from edge_agent.task_needs import data_problem
 from faultfleet.clock import SYSTEM_CLOCK, Clock
-from faultfleet.models.weights import parameter_count
-from faultfleet.models.zoo import build_model
 from faultfleet.tasks import Failure
 from faultfleet.wire.codec import WireError, decode_tensors, parse_envelope, split_frame
 from faultfleet.wire.messages import TASK_ADAPTER, AnyTaskMessage, FitTaskMessage, ModelSpec
 from signal_pipeline.federation import ClientData
+
+if TYPE_CHECKING:  # torch loads with the first task, not with the agent
+    import torch
+
+    from edge_agent.task_compute import TaskCompute
 
 __all__ = ["Answer", "TaskLimits", "TaskRunner"]
 
@@ -85,7 +87,8 @@ class TaskRunner:
     agent_id : str
     data : ClientData or None
         The agent's train/val/test windows; None for an agent without labelled data.
-    device : torch.device
+    device : str or torch.device
+        Where tasks compute (``"cpu"``, ``"cuda"``); torch is imported at the first task.
     max_payload_bytes : int
     compute_lock : context manager, optional
         Held while computing an answer, so that agents sharing one host (a lab machine
@@ -106,7 +109,7 @@ class TaskRunner:
         self,
         agent_id: str,
         data: ClientData | None,
-        device: torch.device,
+        device: str | torch.device,
         *,
         max_payload_bytes: int,
         compute_lock: AbstractContextManager[object] | None = None,
@@ -124,7 +127,7 @@ class TaskRunner:
         self.limits = limits or TaskLimits()
         self.run_model = run_model
         self.data_for_task = data_for_task
-        self._models: OrderedDict[ModelSpec, tuple[nn.Module, int]] = OrderedDict()
+        self._compute: TaskCompute | None = None
         self._failures_logged: set[str] = set()
 
     def parse(self, payload: bytes) -> tuple[AnyTaskMessage, bytes]:
@@ -156,7 +159,8 @@ class TaskRunner:
         if problem is not None:
             return self.failed(task, problem)
         assert self.data is not None
-        model, n_params = self._architecture(task.model)
+        compute = self.compute()
+        n_params = compute.parameter_count(task.model)
         try:
             tensors = decode_tensors(
                 body,
@@ -166,16 +170,9 @@ class TaskRunner:
             )
         except WireError as error:
             return self.failed(task, f"unreadable weights: {error}")
-        executor = ClientExecutor(
-            self.data,
-            model,
-            sample_shape=task.model.sample_shape,
-            n_classes=task.model.n_classes,
-            device=self.device,
-        )
         with self.compute_lock:
             started = time.perf_counter()
-            result = executor.execute(in_process_task(task, tensors))
+            result = compute.execute(self.data, task.model, in_process_task(task, tensors))
             seconds = time.perf_counter() - started
         if isinstance(result, Failure):
             return self.failed(task, result.reason)
@@ -203,7 +200,7 @@ class TaskRunner:
         if problem is not None:
             return problem
         try:
-            self._architecture(spec)
+            self.compute().parameter_count(spec)
         except ValueError as error:  # an unknown name, windows too short for the model
             return f"cannot build model {spec.name!r}: {error}"
         return None
@@ -251,15 +248,27 @@ class TaskRunner:
 
     @property
     def cached_models(self) -> int:
-        """Architectures currently kept built."""
-        return len(self._models)
+        """Architectures currently kept built (0 before the first task)."""
+        return 0 if self._compute is None else self._compute.cached_models
 
-    def _architecture(self, spec: ModelSpec) -> tuple[nn.Module, int]:
-        if spec in self._models:
-            self._models.move_to_end(spec)
-            return self._models[spec]
-        model = build_model(spec.name, tuple(spec.sample_shape), spec.n_classes).to(self.device)
-        self._models[spec] = (model, parameter_count(model))
-        while len(self._models) > self.limits.max_cached_models:
-            self._models.popitem(last=False)
-        return self._models[spec]
+    def compute(self) -> TaskCompute:
+        """The torch half of the tasks, imported and created at the first call.
+
+        Runners that share a :class:`~edge_agent.compute_turns.ComputeTurns` (the agents of
+        one process) share one, so they keep one built copy of each architecture: the
+        executor uses an architecture only during its runner's turn and never changes it.
+        """
+        if self._compute is None:
+            from edge_agent.task_compute import TaskCompute  # noqa: PLC0415 (loads torch)
+
+            def create() -> TaskCompute:
+                return TaskCompute(self.device, max_cached_models=self.limits.max_cached_models)
+
+            if isinstance(self.compute_lock, ComputeTurns):
+                key = (TaskCompute, str(self.device), self.limits.max_cached_models)
+                shared = self.compute_lock.shared(key, create)
+                assert isinstance(shared, TaskCompute)
+                self._compute = shared
+            else:
+                self._compute = create()
+        return self._compute

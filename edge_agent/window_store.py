@@ -14,12 +14,18 @@ removed once the store holds more than ``max_bytes``: the store keeps the newest
 100 MB). A record cut short by a crash is ignored. ``max_bytes = 0`` keeps nothing. A disk
 that refuses a window is logged when the failures start and when they end, and counted in
 :attr:`WindowStore.failures`; it never stops diagnosis.
+
+Windows are written in batches (:class:`~edge_agent.write_batch.WriteBatch`), at the
+latest ``flush_delay_s`` seconds after the first of them was kept (0, the default here:
+each at once), when 64 kB wait, before every read and on close: a crash of the process
+loses the windows of the last ``flush_delay_s`` seconds.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,12 +35,16 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from edge_agent.write_batch import WriteBatch
+from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.types import FloatArray
 
 logger = logging.getLogger(__name__)
 
 SEGMENTS_PER_STORE = 8
 _NAME = re.compile(r"^w(\d+)-(\d{12})\.bin$")
+_TIME = struct.Struct("<d")
+"""A record's leading float64 Unix time."""
 
 
 @dataclass
@@ -56,9 +66,21 @@ class WindowStore:
         Samples per window (every window is flattened).
     max_bytes : int
         Most bytes kept (0: keep nothing).
+    flush_delay_s : float, seconds
+        Longest wait of a kept window before it is written (module docstring); 0: at once.
+    clock : Clock
+        Times the wait.
     """
 
-    def __init__(self, folder: Path, *, sample_size: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        sample_size: int,
+        max_bytes: int,
+        flush_delay_s: float = 0.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         if sample_size < 1 or max_bytes < 0:
             raise ValueError(
                 f"sample_size {sample_size} must be >= 1 and max_bytes {max_bytes} >= 0"
@@ -68,6 +90,9 @@ class WindowStore:
         self.max_bytes = max_bytes
         self.record = np.dtype([("t", "<f8"), ("x", "<f4", (sample_size,))])
         self.segment_bytes = max(self.record.itemsize, max_bytes // SEGMENTS_PER_STORE)
+        self._batch = WriteBatch(
+            delay_s=flush_delay_s, max_bytes=max(self.record.itemsize, 1 << 16), clock=clock
+        )
         self._lock = threading.Lock()
         self._segments: list[_Segment] = self._existing() if max_bytes else []
         self._file: BinaryIO | None = None
@@ -83,55 +108,86 @@ class WindowStore:
     @property
     def size_bytes(self) -> int:
         with self._lock:
+            self._write_batch()
             return sum(s.size_bytes for s in self._segments)
 
     def __len__(self) -> int:
         with self._lock:
+            self._write_batch()
             return sum(s.size_bytes // self.record.itemsize for s in self._segments)
 
     # -- writing (the diagnosis thread) ------------------------------------------------------
 
     def keep(self, samples: FloatArray, timestamp: float) -> None:
-        """Append one window (any shape holding ``sample_size`` samples) diagnosed at
-        ``timestamp`` (Unix seconds); a refusing disk is logged and counted, not raised."""
+        """Keep one window (any shape holding ``sample_size`` samples) diagnosed at
+        ``timestamp`` (Unix seconds), written when its batch is due; a refusing disk is
+        logged and counted, not raised."""
         if not self.enabled:
             return
+        flat = np.asarray(samples, dtype="<f4").reshape(self.sample_size)
+        record = _TIME.pack(timestamp) + flat.tobytes()
+        with self._lock:
+            if self._batch.add(record):
+                self._write_batch()
+
+    def flush(self, *, only_due: bool = False) -> None:
+        """Write the waiting windows now (with ``only_due``, only once their delay is up)."""
+        with self._lock:
+            if not only_due or self._batch.due():
+                self._write_batch()
+
+    def _write_batch(self) -> None:
+        """Write the waiting windows into segments (the lock is held)."""
+        records = self._batch.take()
+        written = 0
         try:
-            self._append(samples, timestamp)
+            while written < len(records):
+                written += self._write_segment(records[written:])
         except OSError as error:
-            self.failures += 1
-            if not self._failing:
-                logger.error(
-                    "cannot keep diagnosed windows in %s (%s); they cannot be labelled later "
-                    "until this is fixed",
-                    self.folder,
-                    error,
-                )
-            self._failing = True
-            with self._lock:
-                self._close()
+            self._refused(len(records) - written, error)
             return
-        if self._failing:
+        if records:
+            self._prune()
+        if self._failing and records:
             logger.info("diagnosed windows are kept in %s again", self.folder)
             self._failing = False
 
-    def _append(self, samples: FloatArray, timestamp: float) -> None:
-        row = np.empty(1, dtype=self.record)
-        row["t"] = timestamp
-        row["x"] = np.asarray(samples, dtype=np.float32).reshape(1, self.sample_size)
-        with self._lock:
-            segment = self._open_segment(timestamp)
-            assert self._file is not None
-            self._file.write(row.tobytes())
-            self._file.flush()
-            segment.size_bytes += self.record.itemsize
-            segment.last_s = max(segment.last_s, timestamp)
-            if segment.size_bytes >= self.segment_bytes:
-                self._close()
-            self._prune()
+    def _write_segment(self, records: list[bytes]) -> int:
+        """Write the first of ``records`` that fit in the open segment; how many."""
+        item = self.record.itemsize
+        segment = self._open_segment(_TIME.unpack_from(records[0])[0])
+        assert self._file is not None
+        room = max(1, -(-(self.segment_bytes - segment.size_bytes) // item))
+        chunk = records[:room]
+        self._file.write(b"".join(chunk))
+        self._file.flush()
+        segment.size_bytes += len(chunk) * item
+        segment.last_s = max(segment.last_s, *(_TIME.unpack_from(r)[0] for r in chunk))
+        if segment.size_bytes >= self.segment_bytes:
+            self._close()
+        return len(chunk)
+
+    def _refused(self, windows: int, error: OSError) -> None:
+        """``windows`` were not written: count them, log when failures start."""
+        self.failures += windows
+        if not self._failing:
+            logger.error(
+                "cannot keep diagnosed windows in %s (%s); they cannot be labelled later "
+                "until this is fixed",
+                self.folder,
+                error,
+            )
+        self._failing = True
+        try:
+            self._close()  # the next window starts a new segment
+        except OSError as closing:
+            logger.debug("closing the refused segment in %s: %s", self.folder, closing)
+            self._file = None
 
     def close(self) -> None:
+        """Write the waiting windows and close the open segment."""
         with self._lock:
+            self._write_batch()
             self._close()
 
     def _open_segment(self, timestamp: float) -> _Segment:
@@ -162,6 +218,7 @@ class WindowStore:
         """Names and sizes of the segments holding windows inside ``ranges``: unchanged,
         :meth:`read` would give the same windows."""
         with self._lock:
+            self._write_batch()
             return tuple(
                 (s.path.name, s.size_bytes) for s in self._segments if _overlaps(s, ranges)
             )
@@ -172,6 +229,7 @@ class WindowStore:
         """Timestamps (n,) and samples (n, sample_size) of the windows whose timestamp lies
         in one of ``ranges`` (start included, end excluded), oldest first."""
         with self._lock:
+            self._write_batch()
             if self._file is not None:
                 self._file.flush()
             chosen = [(s.path, s.size_bytes) for s in self._segments if _overlaps(s, ranges)]

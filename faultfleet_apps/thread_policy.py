@@ -27,8 +27,10 @@ Threads beyond the first only pay if they do not spin while a busy machine has
 descheduled their partner: the command line sets ``OMP_WAIT_POLICY=PASSIVE`` before torch
 loads OpenMP (:mod:`faultfleet_apps.cli`, where the measurement is).
 
-The decision is the pure :func:`torch_threads`; :func:`apply_thread_policy` reads the cores
-and the environment, decides and sets torch's pool.
+The decision is the pure :func:`torch_threads`; :func:`decide_threads` reads the cores and
+the environment and decides, :func:`set_torch_threads` sets torch's pool, and
+:func:`apply_thread_policy` does both. ``faultfleet agent`` decides at its start but sets
+the pool at its first task, where it first loads torch (:mod:`edge_agent.compute_turns`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-
-import torch
 
 logger = logging.getLogger(__name__)
 
@@ -128,13 +128,14 @@ def worker_plan(*, cores: int, jobs: int | None, threads: int | None) -> tuple[i
     return jobs, torch_threads(cores=cores, workers=jobs, requested=threads)
 
 
-def apply_thread_policy(
+def decide_threads(
     option: int | None = None,
     *,
     workers: int = 1,
     environ: Mapping[str, str] | None = None,
 ) -> int:
-    """Decide this process's torch threads (:func:`torch_threads`) and set them.
+    """This process's torch threads (:func:`torch_threads`) from its cores and environment;
+    a decision that oversubscribes the cores is logged as a warning.
 
     Parameters
     ----------
@@ -144,11 +145,6 @@ def apply_thread_policy(
         Computations sharing this process's cores (see the module docstring).
     environ : mapping, optional
         Environment to read ``OMP_NUM_THREADS`` from; default ``os.environ``.
-
-    Returns
-    -------
-    int
-        The threads set with ``torch.set_num_threads``.
     """
     cores = usable_cores()
     requested = requested_threads(option, os.environ if environ is None else environ)
@@ -161,6 +157,30 @@ def apply_thread_policy(
             workers,
             cores,
         )
-    torch.set_num_threads(threads)
     logger.debug("torch threads: %d (%d core(s), %d worker(s))", threads, cores, workers)
+    return threads
+
+
+def set_torch_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)``, importing torch if it is not loaded yet."""
+    import torch  # noqa: PLC0415 (the agent calls this at its first task)
+
+    torch.set_num_threads(threads)
+
+
+def apply_thread_policy(
+    option: int | None = None,
+    *,
+    workers: int = 1,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Decide this process's torch threads (:func:`decide_threads`) and set them.
+
+    Returns
+    -------
+    int
+        The threads set with ``torch.set_num_threads``.
+    """
+    threads = decide_threads(option, workers=workers, environ=environ)
+    set_torch_threads(threads)
     return threads

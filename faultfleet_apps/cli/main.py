@@ -22,34 +22,44 @@ No traceback is printed without ``--debug``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from faultfleet import __version__
 from faultfleet.errors import UsageError
-from faultfleet_apps.cli.bench import add_bench_command
-from faultfleet_apps.cli.campaigns import add_campaign_command
-from faultfleet_apps.cli.demo import add_demo_command
-from faultfleet_apps.cli.deploy import add_deploy_command
-from faultfleet_apps.cli.keys import add_keys_command
-from faultfleet_apps.cli.labels import add_label_command
-from faultfleet_apps.cli.models import add_models_command
-from faultfleet_apps.cli.runtime import add_runtime_commands
-from faultfleet_apps.cli.signals import add_signals_commands
-from faultfleet_apps.cli.sim import add_sim_command
-from faultfleet_apps.cli.status import add_status_command
 
 logger = logging.getLogger(__name__)
+
+REGISTRATIONS = (
+    ("faultfleet_apps.cli.signals", "add_signals_commands"),
+    ("faultfleet_apps.cli.sim", "add_sim_command"),
+    ("faultfleet_apps.cli.bench", "add_bench_command"),
+    ("faultfleet_apps.cli.demo", "add_demo_command"),
+    ("faultfleet_apps.cli.runtime", "add_runtime_commands"),
+    ("faultfleet_apps.cli.deploy", "add_deploy_command"),
+    ("faultfleet_apps.cli.keys", "add_keys_command"),
+    ("faultfleet_apps.cli.models", "add_models_command"),
+    ("faultfleet_apps.cli.campaigns", "add_campaign_command"),
+    ("faultfleet_apps.cli.labels", "add_label_command"),
+    ("faultfleet_apps.cli.status", "add_status_command"),
+)
+"""The modules that register subcommands, and their registering functions, in order."""
+
+SERVICE_COMMANDS = frozenset({"agent", "coordinator"})
+"""Commands whose process registers only its own module's commands (see :func:`main`)."""
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 70
 INTERRUPTED = 130
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; given one of :data:`SERVICE_COMMANDS`,
+    with only the commands of the module that registers it (the same subparser)."""
     parser = argparse.ArgumentParser(
         prog="faultfleet",
         description=(
@@ -71,23 +81,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the full traceback of an error (give it before the command)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    add_signals_commands(commands)
-    add_sim_command(commands)
-    add_bench_command(commands)
-    add_demo_command(commands)
-    add_runtime_commands(commands)
-    add_deploy_command(commands)
-    add_keys_command(commands)
-    add_models_command(commands)
-    add_campaign_command(commands)
-    add_label_command(commands)
-    add_status_command(commands)
+    registrations = (
+        [r for r in REGISTRATIONS if r[0] == "faultfleet_apps.cli.runtime"]
+        if command in SERVICE_COMMANDS
+        else REGISTRATIONS
+    )
+    for module, function in registrations:
+        register: Callable[[Any], None] = getattr(importlib.import_module(module), function)
+        register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (also for ``--help`` and bad options)."""
-    parser = build_parser()
+    """Run the command line; returns the exit status (also for ``--help`` and bad options).
+
+    ``faultfleet agent`` and ``faultfleet coordinator`` build a parser of the service
+    commands only: the other commands' modules import the simulator, the image benchmarks
+    and torch to describe their options, which a gateway's agent, whose idle memory counts,
+    does not need (it loads torch for its first task only).
+    """
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in given if not word.startswith("-")), None)
+    parser = build_parser(command if command in SERVICE_COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version, or argparse's one-line usage error

@@ -3,6 +3,11 @@
 Both read a TOML file (``--config``) with environment overrides, serve Prometheus metrics
 when ``[metrics] port`` is set, and stop cleanly on SIGTERM (systemd) or Ctrl-C: the
 coordinator finishes its state write, agents publish an ``offline`` status.
+
+This module only registers the two commands; each runs from its own module, imported when
+the command runs (:mod:`faultfleet_apps.cli.lazy`): ``faultfleet agent`` loads neither the
+coordinator nor scikit-learn, and torch only for its first task
+(:mod:`faultfleet_apps.cli.agent_run`).
 """
 
 from __future__ import annotations
@@ -11,30 +16,15 @@ import argparse
 import logging
 import re
 import signal
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from coordinator.adapters.metrics import CoordinatorMetrics
-from coordinator.runtime.service import CoordinatorService
-from coordinator.runtime.settings import CoordinatorSettings
-from edge_agent.compute_turns import ComputeTurns
-from edge_agent.incoming import IncomingRefusal
-from edge_agent.metrics import AgentMetrics
-from edge_agent.retire import RetireError, retire_agent
-from edge_agent.service import AgentService
-from edge_agent.settings import AgentSettings, SourceSettings
-from edge_agent.source_types import WindowSource
-from edge_agent.sources import LiveSensorSource, RecordingFolderSource, SimulatedMachineSource
 from faultfleet.errors import UsageError
-from faultfleet.metrics_http import serve_metrics
-from faultfleet.wire.settings import load_settings
-from faultfleet_apps.cli.arguments import POSITIVE
-from faultfleet_apps.thread_policy import apply_thread_policy
-from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
+from faultfleet_apps.cli.lazy import lazy_handler
+from faultfleet_apps.cli.numbers import POSITIVE
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +49,9 @@ def add_runtime_commands(commands: Any) -> None:
             "of serving the models and training further campaigns until stopped"
         ),
     )
-    coordinator.set_defaults(handler=run_coordinator)
+    coordinator.set_defaults(
+        handler=lazy_handler("faultfleet_apps.cli.coordinator_run", "run_coordinator")
+    )
     agent = commands.add_parser(
         "agent",
         help="run an edge agent (local training, live diagnosis with ONNX Runtime)",
@@ -96,7 +88,7 @@ def add_runtime_commands(commands: Any) -> None:
             "so the coordinator removes it from the federation, and exit"
         ),
     )
-    agent.set_defaults(handler=run_agent)
+    agent.set_defaults(handler=lazy_handler("faultfleet_apps.cli.agent_run", "run_agent"))
 
 
 @contextmanager
@@ -116,26 +108,9 @@ def stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(s, handler)
 
 
-def _quiet_libraries(verbose: int) -> None:
+def set_verbosity(verbose: int) -> None:
+    """The root logger's level: INFO, DEBUG from ``-vv``."""
     logging.getLogger().setLevel(logging.INFO if verbose < 2 else logging.DEBUG)
-
-
-def run_coordinator(args: argparse.Namespace) -> int:
-    """``faultfleet coordinator``."""
-    settings = load_settings(CoordinatorSettings, args.config)
-    _quiet_libraries(args.verbose)
-    metrics = CoordinatorMetrics()
-    server = serve_metrics(settings.metrics, metrics.registry)
-    try:
-        with stop_on_signals() as stop:
-            service = CoordinatorService(settings, metrics)
-            summary = service.run(stop, exit_when_done=args.exit_when_done)
-    finally:
-        if server is not None:
-            server.stop()
-    if summary is not None:
-        logger.info("stopped at round %d of %d", summary.server_round, summary.rounds)
-    return 0
 
 
 def parse_machines(text: str) -> range:
@@ -154,127 +129,3 @@ def _machine_range(text: str) -> range:
         return parse_machines(text)
     except UsageError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--machines ")) from None
-
-
-def build_source(
-    source: SourceSettings,
-    interval_s: float,
-    class_names: tuple[str, ...],
-    on_refused: Callable[[IncomingRefusal], None] | None = None,
-) -> WindowSource:
-    """The window source the settings describe; ``on_refused`` counts the incoming files a
-    recordings folder refuses."""
-    if source.kind == "simulated":
-        return SimulatedMachineSource(
-            scenario=source.scenario,
-            seed=source.seed,
-            machine_index=source.machine_index,
-            interval_s=interval_s,
-            snr_db=source.snr_db,
-            clients_per_group=source.clients_per_group,
-            windows_per_client=source.windows_per_client,
-        )
-    if source.kind == "recordings":
-        assert source.path is not None
-        return RecordingFolderSource(
-            source.path,
-            window_length=source.window_length,
-            interval_s=interval_s,
-            poll_s=source.poll_s,
-            manifest_outside_folder=source.manifest_outside_folder,
-            max_incoming_bytes=source.max_incoming_bytes,
-            on_refused=on_refused,
-        )
-    return LiveSensorSource(
-        (1, source.window_length), class_names or MIXED_FAULT_CLASS_NAMES, fs_hz=source.fs_hz
-    )
-
-
-def _retire(settings: AgentSettings, machines: range | None) -> int:
-    """``faultfleet agent --retire``: one agent, or each of ``--machines``."""
-    ids = [settings.agent_id] if machines is None else [machine_id(settings, i) for i in machines]
-    failed = []
-    for agent_id in ids:
-        try:
-            retire_agent(settings.model_copy(update={"agent_id": agent_id}))
-        except RetireError as error:
-            print(f"faultfleet: error: {error}", file=sys.stderr)
-            failed.append(agent_id)
-            continue
-        print(f"agent {agent_id} retired")
-    if failed:
-        print(f"faultfleet: error: not retired: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def machine_id(settings: AgentSettings, index: int) -> str:
-    """Agent id of simulated machine ``index`` under ``--machines``."""
-    return f"{settings.agent_id}{index:02d}"
-
-
-def run_agent(args: argparse.Namespace) -> int:
-    """``faultfleet agent``."""
-    settings = load_settings(AgentSettings, args.config)
-    _quiet_libraries(args.verbose)
-    machines: range | None = args.machines
-    if machines is not None and settings.source.kind != "simulated":
-        raise UsageError("--machines runs simulated machines; set [source] kind = 'simulated'")
-    if args.retire:
-        return _retire(settings, machines)
-    configs = (
-        [settings]
-        if machines is None
-        else [
-            settings.model_copy(
-                update={
-                    "agent_id": machine_id(settings, index),
-                    "state_dir": settings.state_dir / machine_id(settings, index),
-                    "source": settings.source.model_copy(update={"machine_index": index}),
-                }
-            )
-            for index in machines
-        ]
-    )
-    apply_thread_policy(args.threads)
-    compute_lock = ComputeTurns()
-    metrics = AgentMetrics()
-    sources = [
-        build_source(c.source, c.diagnosis.interval_s, (), metrics.incoming_refused)
-        for c in configs
-    ]
-    metrics.set_class_names(sources[0].class_names)
-    server = serve_metrics(settings.metrics, metrics.registry)
-    failed: list[str] = []
-    try:
-        with stop_on_signals() as stop:
-            services = [
-                AgentService(c, s, metrics=metrics, compute_lock=compute_lock)
-                for c, s in zip(configs, sources, strict=True)
-            ]
-
-            def serve(agent: AgentService) -> None:
-                try:
-                    agent.run(stop)
-                except Exception:
-                    logger.exception("agent %s stopped on an error", agent.agent_id)
-                    failed.append(agent.agent_id)
-                    stop.set()
-
-            threads = [threading.Thread(target=serve, args=(a,), name=a.agent_id) for a in services]
-            for thread in threads:
-                thread.start()
-            logger.info("%d agent(s) running; Ctrl-C stops them", len(services))
-            while any(t.is_alive() for t in threads):
-                stop.wait(0.5)
-                if stop.is_set():
-                    for thread in threads:
-                        thread.join()
-    finally:
-        if server is not None:
-            server.stop()
-    if failed:
-        print(
-            f"faultfleet: error: agent(s) {', '.join(failed)} stopped on an error", file=sys.stderr
-        )
-        return 1
-    return 0

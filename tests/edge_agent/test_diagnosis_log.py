@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.diagnosis_log import DiagnosisLog
+from edge_agent.diagnosis_log import DiagnosisLog, LogWriteError
+from tests.clocks import FakeClock
 
 
 def _record(number: int) -> dict[str, object]:
@@ -138,3 +139,50 @@ def test_bad_records_and_a_closed_log_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is closed"):
         log.append(_record(0))
     assert log.recent(5) == []
+
+
+def test_lines_wait_for_their_delay_then_are_written_together(tmp_path: Path) -> None:
+    # Prepare: lines wait up to 1 s
+    clock = FakeClock()
+    path = tmp_path / "diagnoses.jsonl"
+    log = DiagnosisLog(path, flush_delay_s=1.0, clock=clock)
+
+    # Execute / Assert: waiting lines are not in the file yet but are read back
+    assert log.append_line(b'{"window":0}') == 0
+    assert log.append_line(b'{"window":1}') == 0
+    assert path.read_bytes() == b""
+    assert [r["window"] for r in log.recent(5)] == [0, 1]
+    assert log.flush(only_due=True) == 0
+    clock.advance(1.0)
+    assert log.append_line(b'{"window":2}') == 3  # the delay is up: the batch is written
+    assert path.read_bytes().splitlines() == [b'{"window":0}', b'{"window":1}', b'{"window":2}']
+    log.append_line(b'{"window":3}')
+    log.close()  # writes what waits
+    assert [r["window"] for r in log.recent(10)] == [0, 1, 2, 3]
+
+
+def test_a_batch_that_cannot_be_written_says_how_many_lines_it_lost(tmp_path: Path) -> None:
+    # Prepare: the log is /dev/full (every write fails with ENOSPC)
+    path = tmp_path / "diagnoses.jsonl"
+    path.symlink_to("/dev/full")
+    log = DiagnosisLog(path, flush_delay_s=1.0, clock=FakeClock())
+    for number in range(3):
+        log.append(_record(number))
+
+    # Execute
+    with pytest.raises(LogWriteError, match="No space left on device") as failed:
+        log.flush()
+
+    # Assert: three lines lost, and the log takes further lines
+    assert failed.value.lines_lost == 3
+    log.append(_record(3))
+    with pytest.raises(LogWriteError):
+        log.close()
+
+
+def test_a_line_must_be_one_json_object_without_newline(tmp_path: Path) -> None:
+    with (
+        DiagnosisLog(tmp_path / "log.jsonl") as log,
+        pytest.raises(ValueError, match="must not hold a newline"),
+    ):
+        log.append_line(b'{"a":1}\n{"b":2}')

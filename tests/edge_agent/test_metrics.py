@@ -79,6 +79,28 @@ def test_one_call_counts_every_window_and_its_class_and_one_latency() -> None:
     assert value(reg, "faultfleet_inference_latency_seconds_bucket", le="0.005") == 1.0
 
 
+def test_one_window_records_what_a_batch_of_one_records() -> None:
+    # Prepare
+    single, batch = AgentMetrics(class_names=CLASSES), AgentMetrics(class_names=CLASSES)
+
+    # Execute
+    for class_id, latency_s in [(2, 0.004), (0, 0.001), (2, 0.02)]:
+        single.observe_diagnosis(class_id, latency_s)
+        batch.observe_diagnoses([class_id], latency_s)
+    with pytest.raises(ValueError, match="class id 3 is outside the 3 known classes"):
+        single.observe_diagnosis(3, 0.001)
+    with pytest.raises(ValueError, match="latency nan s must be a finite number"):
+        single.observe_diagnosis(0, float("nan"))
+
+    # Assert
+    names = ["faultfleet_windows_processed_total", "faultfleet_inference_latency_seconds_sum"]
+    names += ["faultfleet_inference_latency_seconds_count"]
+    for name in names:
+        assert value(single.registry, name) == value(batch.registry, name)
+    assert diagnoses(single.registry) == diagnoses(batch.registry)
+    assert value(single.registry, "faultfleet_windows_processed_total") == 3.0
+
+
 def test_an_empty_batch_records_nothing() -> None:
     # Prepare
     metrics = AgentMetrics(class_names=CLASSES)

@@ -15,7 +15,7 @@ import pytest
 from coordinator.adapters.onnx_export import ExportedModel, export_model
 from edge_agent.model_store import ModelStore
 from edge_agent.service import AgentService
-from edge_agent.settings import AgentSettings, SigningSettings
+from edge_agent.settings import AgentSettings, DiagnosisSettings, SigningSettings
 from edge_agent.sources import Window
 from faultfleet.models.zoo import build_model
 from faultfleet.wire.messages import Diagnosis
@@ -46,13 +46,18 @@ def exported() -> ExportedModel:
 
 
 def _agent(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch, *, connected: bool = True
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    connected: bool = True,
+    flush_delay_s: float = 1.0,
 ) -> tuple[AgentService, list[Any]]:
     settings = AgentSettings(
         agent_id="m07",
         device="cpu",
         state_dir=state_dir,
         signing=SigningSettings(trusted_keys=(SigningKey.generate().public_text,)),
+        diagnosis=DiagnosisSettings(flush_delay_s=flush_delay_s),
     )
     agent = AgentService(settings, TwoLabelFolder())
     published: list[Any] = []
@@ -69,22 +74,26 @@ def _window(index: int) -> Window:
     return Window(samples, float(index), None, origin=f"w{index}")
 
 
+@pytest.mark.parametrize("flush_delay_s", [0.0, 1.0])
 def test_a_full_disk_stops_the_log_not_the_published_diagnoses(
     tmp_path: Path,
     exported: ExportedModel,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    flush_delay_s: float,
 ) -> None:
-    # Prepare: the log is /dev/full (every write fails with ENOSPC)
+    # Prepare: the log is /dev/full (every write fails with ENOSPC); its lines are written
+    # at once, or in a batch once their delay is up (what the outbox thread's tick does)
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "diagnoses.jsonl").symlink_to("/dev/full")
-    agent, published = _agent(tmp_path, monkeypatch)
+    agent, published = _agent(tmp_path, monkeypatch, flush_delay_s=flush_delay_s)
     agent.diagnoser.load(exported.onnx_bytes, sha256=exported.sha256, version=1, cluster_id="c0")
 
     # Execute
     with caplog.at_level(logging.ERROR, logger="edge_agent.diagnosis_delivery"):
         for index in range(3):
             agent._diagnose_safely(_window(index))
+        agent.delivery.flush_log()
 
     # Assert
     assert [Diagnosis.model_validate_json(p).origin for p in published] == ["w0", "w1", "w2"]

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from edge_agent.compute_turns import ComputeTurns
 from edge_agent.task_runner import TaskLimits, TaskRunner
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
@@ -140,11 +141,11 @@ def test_the_cache_of_built_models_is_bounded(data: ClientData) -> None:
 
     # Execute
     for spec in specs:
-        runner._architecture(spec)
+        runner.compute().parameter_count(spec)
 
     # Assert
     assert runner.cached_models == 2
-    assert set(runner._models) == set(specs[-2:])
+    assert set(runner.compute()._models) == set(specs[-2:])
 
 
 def test_failures_of_one_kind_are_logged_once_as_a_warning(
@@ -167,3 +168,22 @@ def test_failures_of_one_kind_are_logged_once_as_a_warning(
     assert "task addressed to 'm10'" in warnings[0]
     assert "train.epochs=99" in warnings[1]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 2
+
+
+def test_runners_taking_turns_together_share_the_built_architectures(data: ClientData) -> None:
+    # Prepare: two agents of one process (one ComputeTurns) and one on its own
+    turns = ComputeTurns()
+    first, second = (
+        TaskRunner(agent, data, CPU, max_payload_bytes=LIMIT, compute_lock=turns)
+        for agent in ("m07", "m08")
+    )
+    alone = TaskRunner("m09", data, CPU, max_payload_bytes=LIMIT)
+
+    # Execute
+    for runner in (first, second, alone):
+        runner.compute().parameter_count(MODEL)
+
+    # Assert
+    assert first.compute() is second.compute()
+    assert alone.compute() is not first.compute()
+    assert first.compute()._models[MODEL] is second.compute()._models[MODEL]

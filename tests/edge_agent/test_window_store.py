@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from edge_agent.window_store import WindowStore
+from tests.clocks import FakeClock
 
 SAMPLES = 16
 RECORD_BYTES = 8 + 4 * SAMPLES
@@ -109,3 +110,52 @@ def test_the_fingerprint_changes_only_with_windows_inside_the_ranges(tmp_path: P
     # Assert
     assert windows.fingerprint([(0.0, 2.0)]) == early
     assert windows.fingerprint([(0.0, 10.0)]) != windows.fingerprint([(0.0, 4.0)])
+
+
+def test_kept_windows_wait_for_their_delay_and_every_read_sees_them(tmp_path: Path) -> None:
+    # Prepare: windows wait up to 1 s before they are written
+    clock = FakeClock()
+    windows = WindowStore(
+        tmp_path / "windows",
+        sample_size=SAMPLES,
+        max_bytes=100 * RECORD_BYTES,
+        flush_delay_s=1.0,
+        clock=clock,
+    )
+
+    # Execute / Assert
+    windows.keep(window(1), 1.0)
+    windows.keep(window(2), 2.0)
+    assert not (tmp_path / "windows").exists()  # nothing written yet
+    windows.flush(only_due=True)
+    assert not (tmp_path / "windows").exists()
+    clock.advance(1.0)
+    windows.flush(only_due=True)
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "windows").iterdir())
+    assert on_disk == 2 * RECORD_BYTES
+    windows.keep(window(3), 3.0)  # waits, but a read writes it first
+    times, samples = windows.read([(0.0, 10.0)])
+    assert times.tolist() == [1.0, 2.0, 3.0]
+    assert samples[:, 0].tolist() == [1.0, 2.0, 3.0]
+    windows.close()
+
+
+def test_a_refused_batch_counts_each_of_its_windows(tmp_path: Path) -> None:
+    # Prepare: the store's folder is a file; windows wait up to 1 s
+    (tmp_path / "windows").write_text("not a folder", encoding="utf-8")
+    windows = WindowStore(
+        tmp_path / "windows",
+        sample_size=SAMPLES,
+        max_bytes=100 * RECORD_BYTES,
+        flush_delay_s=1.0,
+        clock=FakeClock(),
+    )
+
+    # Execute
+    for second in range(3):
+        windows.keep(window(second), float(second))
+    waiting = windows.failures
+    windows.flush()
+
+    # Assert
+    assert (waiting, windows.failures) == (0, 3)

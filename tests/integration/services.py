@@ -32,7 +32,7 @@ from faultfleet.wire.codec import parse_envelope
 from faultfleet.wire.messages import SignedMessage
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
 from faultfleet.wire.signing import SigningKey, TrustedKeys
-from faultfleet_apps.cli.runtime import build_source
+from faultfleet_apps.cli.agent_run import build_source
 
 MessageT = TypeVar("MessageT")
 SIGNING_KEY = SigningKey.generate()

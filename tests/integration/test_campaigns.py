@@ -28,8 +28,8 @@ from edge_agent.metrics import AgentMetrics
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, LabelsSettings, SourceSettings
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
+from faultfleet_apps.cli.agent_run import build_source
 from faultfleet_apps.cli.main import main
-from faultfleet_apps.cli.runtime import build_source
 from signal_pipeline.conditions import Condition
 from signal_pipeline.machine import MachineProfile
 from signal_pipeline.readers import write_recording

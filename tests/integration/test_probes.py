@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from prometheus_client import CollectorRegistry
 from pydantic import TypeAdapter
 
@@ -106,7 +107,9 @@ def in_process(agents: list[AgentService]) -> InProcessFleet:
     data = [(a.agent_id, a.labelled.active) for a in agents]
     clients = tuple(replace(d, client_id=agent) for agent, d in data if d is not None)
     federation = Federation("probes", clients, SPEC.n_classes, MIXED_FAULT_CLASS_NAMES)
-    return InProcessFleet(federation, CPU_ARCHITECTURE, device=agents[0].device, batched=False)
+    return InProcessFleet(
+        federation, CPU_ARCHITECTURE, device=torch.device(agents[0].device), batched=False
+    )
 
 
 @contextmanager

@@ -27,8 +27,8 @@ from edge_agent.retire import retire_agent
 from edge_agent.service import AgentService
 from edge_agent.settings import AgentSettings, DiagnosisSettings, SourceSettings
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
+from faultfleet_apps.cli.agent_run import build_source
 from faultfleet_apps.cli.main import main
-from faultfleet_apps.cli.runtime import build_source
 from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
 from .services import TRUSTED, coordinator_settings, kill, sample_value, start_cli, wait_until

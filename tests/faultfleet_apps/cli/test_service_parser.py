@@ -1,0 +1,51 @@
+"""``faultfleet agent`` and ``coordinator`` parse with the service commands only, and the
+agent's command line loads neither torch, the coordinator nor the simulator's extras."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faultfleet_apps.cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parents[3]
+
+AGENT_COMMAND_LINE = """
+import json, sys
+from faultfleet_apps.cli.main import build_parser
+args = build_parser("agent").parse_args(["agent", "--config", "a.toml", "--machines", "0-3"])
+import faultfleet_apps.cli.agent_run
+heavy = ("torch", "sklearn", "coordinator", "matplotlib", "tqdm", "faultfleet_apps.simulation")
+print(json.dumps([name for name in heavy if name in sys.modules]))
+"""
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    chosen: argparse.ArgumentParser = commands.choices[command]
+    return chosen
+
+
+@pytest.mark.parametrize("command", ["agent", "coordinator"])
+def test_the_service_parser_is_the_full_parsers_subcommand(command: str) -> None:
+    full, lean = _subparser(build_parser(), command), _subparser(build_parser(command), command)
+
+    assert lean.format_help() == full.format_help()
+
+
+def test_the_agents_command_line_loads_no_torch_coordinator_or_simulator() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", AGENT_COMMAND_LINE],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+    assert json.loads(result.stdout) == []
