@@ -29,7 +29,7 @@ from typing import Any
 
 from edge_agent.write_batch import WriteBatch
 from faultfleet.clock import SYSTEM_CLOCK, Clock
-from faultfleet.errors import UsageError
+from faultfleet.errors import FaultfleetError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ MIN_MAX_BYTES = 1024
 """Smallest accepted ``max_bytes``."""
 
 
-class LogWriteError(OSError):
+class LogWriteError(FaultfleetError, OSError):
     """Writing waiting lines to the log failed; ``lines_lost`` of them are not in it."""
 
     def __init__(self, error: OSError, lines_lost: int) -> None:

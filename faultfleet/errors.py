@@ -41,6 +41,8 @@
     ├── ModelIntegrityError    an unusable model payload; also ValueError (edge_agent.inference)
     ├── NoModelError           a prediction before any model; also RuntimeError
     │                          (edge_agent.inference)
+    ├── LogWriteError          lines of the diagnosis log lost to a failed write; also
+    │                          OSError (edge_agent.diagnosis_log)
     ├── ModelRefusedError      a model frame or assignment an agent refuses; also ValueError
     │                          (edge_agent.model_intake)
     ├── OversizedPacketError   a packet above the embedded broker's limit
