@@ -213,18 +213,27 @@ def print_report(report: dict[str, Any], trends: list[RssTrend]) -> None:
 def main() -> None:
     """Run the soak and print (and optionally write) the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, default=48)
+    parser.add_argument("--agents", type=int, default=48, help="simulated machines")
     parser.add_argument("--processes", type=int, default=2, help="agent processes")
-    parser.add_argument("--minutes", type=float, default=60.0)
-    parser.add_argument("--warm-up-minutes", type=float, default=5.0)
-    parser.add_argument("--sample-s", type=float, default=30.0)
+    parser.add_argument("--minutes", type=float, default=60.0, help="length of the run")
+    parser.add_argument(
+        "--warm-up-minutes", type=float, default=5.0, help="samples left out of the slope"
+    )
+    parser.add_argument("--sample-s", type=float, default=30.0, help="seconds between RSS samples")
     parser.add_argument("--interval-s", type=float, default=0.5, help="seconds between windows")
-    parser.add_argument("--campaign-every-s", type=float, default=120.0)
-    parser.add_argument("--campaign-rounds", type=int, default=2)
-    parser.add_argument("--growing-mb-per-hour", type=float, default=5.0)
-    parser.add_argument("--seed", type=int, default=100)
+    parser.add_argument(
+        "--campaign-every-s", type=float, default=120.0, help="seconds between campaigns"
+    )
+    parser.add_argument("--campaign-rounds", type=int, default=2, help="rounds per campaign")
+    parser.add_argument(
+        "--growing-mb-per-hour",
+        type=float,
+        default=5.0,
+        help="slope from which a process is growing",
+    )
+    parser.add_argument("--seed", type=int, default=100, help="seed of the fleet and the run")
     parser.add_argument("--out", type=Path, default=None, help="folder kept (default: temp)")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also write the samples here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print("command: python " + shlex.join(sys.argv), flush=True)
