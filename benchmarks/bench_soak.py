@@ -122,8 +122,8 @@ def run_soak(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[
         coordinator_toml, agents_toml = write_configs(plan, broker, secrets)
         soak_configs(plan, args, coordinator_toml, agents_toml)
         monitor = FleetMonitor(secrets.broker_settings(broker, HISTORIAN))
-        monitor.connection.start()
-        stack.callback(monitor.connection.stop)
+        monitor.start()
+        stack.callback(monitor.stop)
         processes = {"broker": broker.pid}
         for index, machines in enumerate(machine_slices(plan.machines, plan.agent_processes)):
             agent = [*command, "agent", "--config", str(agents_toml), "--machines", machines]

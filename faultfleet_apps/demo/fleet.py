@@ -250,8 +250,8 @@ def run_fleet_demo(
             logger.warning("%s", security)
         coordinator_toml, agents_toml = write_configs(plan, broker, secrets)
         monitor = FleetMonitor(secrets.broker_settings(broker, HISTORIAN))
-        monitor.connection.start()
-        stack.callback(monitor.connection.stop)
+        monitor.start()
+        stack.callback(monitor.stop)
         # The agent processes share the cores: each trains with its share (thread_policy).
         threads = str(torch_threads(cores=usable_cores(), workers=plan.agent_processes))
 

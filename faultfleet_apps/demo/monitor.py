@@ -59,9 +59,25 @@ class FleetMonitor:
         self.lock = threading.Lock()
         self.status: CoordinatorStatus | None = None
         self.live = LiveCounts()
+        # Two sessions: hundreds of diagnoses a second can fill the broker's queue for a
+        # client that a loaded host lets fall behind, and a retained status the broker drops
+        # from that queue would not come again until the coordinator's next change.
         self.connection = MqttConnection(client_id="faultfleet-demo-monitor", settings=settings)
-        self.connection.route(self.topics.coordinator_status(), self._on_status)
         self.connection.route(self.topics.all_diagnoses(), self._on_diagnosis)
+        self.status_connection = MqttConnection(
+            client_id="faultfleet-demo-monitor-status", settings=settings
+        )
+        self.status_connection.route(self.topics.coordinator_status(), self._on_status)
+
+    def start(self) -> None:
+        """Connect both sessions (the status first)."""
+        self.status_connection.start()
+        self.connection.start()
+
+    def stop(self) -> None:
+        """Disconnect both sessions."""
+        self.connection.stop()
+        self.status_connection.stop()
 
     def _on_status(self, topic: str, payload: bytes) -> None:
         if payload:
