@@ -20,7 +20,7 @@ from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.round_tasks import Collection
-from faultfleet.tasks import FitTask, TrainConfig
+from faultfleet.tasks import FitResult, FitTask, TrainConfig
 from faultfleet.wire.messages import AgentStatus, FitTaskMessage, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
@@ -180,3 +180,51 @@ def test_the_fleet_is_a_context_manager_for_its_answers(tmp_path: Path) -> None:
 
     assert (inside, journal_writers()) == (before + 1, before)
     assert (outcome.results, outcome.failures) == ((), ())
+
+
+# -- answers are checked off the network thread --------------------------------------------
+
+
+def test_an_update_that_arrived_before_its_agents_last_will_still_counts(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a started fleet with one open fit task for a
+    registry = AgentRegistry()
+    registry.update(status("a", "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(1, [FitTask("a", {"global": start}, TrainConfig(), seed=1)])
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    ((task, header, _),) = frames
+    assert isinstance(header, FitTaskMessage)
+    payload = fit_frame(header, start + 1)
+
+    # Execute: the network thread hands over the update, then the agent's last will arrives
+    mqtt_fleet.answers._receive(Topics().results("a"), payload)
+    mqtt_fleet.agent_offline("a")
+    mqtt_fleet.close()  # the workers finish what they hold, then the journal writer
+
+    # Assert: accepted and journaled, its weights a view of the received message
+    assert task.failure is None
+    assert isinstance(task.result, FitResult)
+    assert list(RoundJournal(tmp_path).accepted()) == [task.task_id]
+    weights = task.result.weights
+    assert np.shares_memory(weights, np.frombuffer(payload, dtype=np.uint8))
+    np.testing.assert_array_equal(task.result.delta, np.ones(10, dtype=np.float32))
+
+
+def test_the_last_will_fails_a_task_whose_update_never_came(tmp_path: Path) -> None:
+    registry = AgentRegistry()
+    registry.update(status("a", "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(1, [FitTask("a", {"global": start}, TrainConfig(), seed=1)])
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+
+    mqtt_fleet.agent_offline("a")
+    mqtt_fleet.close()
+
+    ((task, _, _),) = frames
+    assert task.result is None
+    assert task.failure is not None
+    assert task.failure.reason == "the agent went offline during the round"
