@@ -25,6 +25,8 @@ from coordinator.strategies.sparse_agglomeration import agglomerate_pairs
 from faultfleet.types import Float64Array, FloatArray, IntArray
 
 _ARRAYS = ("first", "second", "value", "measured")
+_CHUNK = 4096
+"""Pairs whose cosines are taken in one vectorised step."""
 
 
 class SketchedPairs:
@@ -58,7 +60,15 @@ class SketchedPairs:
         if len(a) == 0:
             return
         rows = np.asarray(sketches, dtype=np.float32)
-        cosines = np.einsum("qd,qd->q", rows[a], rows[b], dtype=np.float64)
+        if len(a) == len(rows) * (len(rows) - 1) // 2:  # every pair: one matrix product
+            cosines = (rows @ rows.T)[a, b].astype(np.float64)
+        else:  # a few thousand pairs at a time, to bound the temporaries
+            cosines = np.concatenate(
+                [
+                    np.einsum("qd,qd->q", rows[a[i : i + _CHUNK]], rows[b[i : i + _CHUNK]])
+                    for i in range(0, len(a), _CHUNK)
+                ]
+            ).astype(np.float64)
         self._record(server_round, answered, a, b, np.clip(cosines, -1.0, 1.0))
 
     def record_matrix(
@@ -100,8 +110,8 @@ class SketchedPairs:
             raise ValueError("saved pairs name clients beyond the federation")
         self.memory = PairMemory(
             self.memory.n_clients,
-            first.astype(np.int64),
-            second.astype(np.int64),
+            first.astype(np.int32),
+            second.astype(np.int32),
             value.astype(np.float32),
-            measured.astype(np.int64),
+            measured.astype(np.int32),
         )

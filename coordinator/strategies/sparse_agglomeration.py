@@ -1,75 +1,184 @@
 """FLACC's entity merging on a list of known pairs instead of the m × m α.
 
 The same decisions as :func:`~coordinator.strategies.agglomeration.agglomerate` — eq. 9's
-order with its tie rule, eqs. 11–16, the cohesion test of :mod:`.cohesion`, ``next_pair``,
-``n_merge`` — computed from the known pairs of a :class:`~.pair_memory.PairMemory` grouped
-by entity (:func:`~.pair_memory.entity_table`), so the cost follows the number of known
-pairs, not m². The tests check it against the dense implementation on random α.
+order, eqs. 11–16, the cohesion test of :mod:`.cohesion`, ``next_pair``, ``n_merge`` —
+computed from the known pairs of a :class:`~.pair_memory.PairMemory` grouped once by entity
+(:func:`~.pair_memory.entity_table`), so the cost follows the number of known pairs, not m².
+The tests check it against the dense implementation on random α.
 
-How many merges per grouping: the dense implementation updates the m × m extremes after
-every merge (eq. 10, O(m²) each). Here the entity table is grouped once, and merges are
-made in eq. 9's order while their pairs do not involve an entity merged since the grouping:
-a pair of two untouched entities has the same statistics it had, and every pair involving
-a merged entity AB ranks no higher than the pairs of A and of B it replaces (its α_min^cross
-is the smaller of theirs: complete linkage is *reducible*, Murtagh 1983), so as long as the
-walk has not reached a pair of a merged entity, no pair of AB can rank above the pair it is
-looking at. On reaching one, the table is grouped again. Each iteration walks from the top
-again, as Algorithm 1 does: pairs refused by the cohesion test or eq. 14 are tried again
-(the fleet's pooled cohesion, which stands in for entities without within pairs, changes
-with every merge).
+The dense implementation updates m × m extremes after every merge (eq. 10, O(m²) each).
+Here each entity pair with known pairs is a row (lowest, highest, sum and count of its
+known cosines) in a heap ordered as eq. 9 orders pairs (α_min^cross descending, then the
+entities' positions). A merge combines the rows of the two entities with each third entity
+(the smaller adjacency is walked, Lance–Williams for min, max, sums and counts), so a round
+of merging costs O(q log q) for q rows. Pairs that a test refused are kept aside until one
+of their entities changes, or — when the cohesion test compared them with the fleet's
+pooled cohesion, which moves with every merge — until the pooled cohesion falls to where
+they would pass; Algorithm 1 would try them again in every iteration with the same outcome.
+
+Exact ties of α_min^cross between two pairs are broken by the entities' positions as the
+dense implementation does, except after a merge has moved one of the pairs' entities to an
+earlier position, when the pair may come after an equal one it would precede there.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from coordinator.strategies.agglomeration import Agglomeration, Entity, MergeDecision
 from coordinator.strategies.cohesion import CohesionCheck
-from coordinator.strategies.pair_memory import EntityTable, PairMemory, entity_table
+from coordinator.strategies.pair_memory import PairMemory, entity_table
 from faultfleet.types import IntArray
 
+_OPEN, _REFUSED, _GONE = 0, 1, 2
 
-class _Entities:
-    """The entities during one call: members, sizes and within statistics by entity id (its
-    position in the list given; a merged entity keeps the smaller id), and the fleet's
-    pooled within sum and count."""
 
-    def __init__(self, entities: Sequence[Entity], n_clients: int) -> None:
-        self.members: dict[int, Entity] = {i: tuple(e) for i, e in enumerate(entities)}
-        self.labels = np.full(n_clients, -1, dtype=np.int64)
-        for i, entity in enumerate(entities):
-            self.labels[list(entity)] = i
-        self.count = len(entities)
-        self.within_lowest = np.zeros(0)
-        self.within_total = np.zeros(0)
-        self.within_count = np.zeros(0, dtype=np.int64)
-        self.pooled_total = 0.0
-        self.pooled_count = 0
+class _Graph:
+    """Entities (by physical id) and the rows of known pairs between them."""
 
-    def take(self, table: EntityTable) -> None:
-        """Within statistics from a fresh grouping."""
-        self.within_lowest = table.within_lowest.copy()
-        self.within_total = table.within_total.copy()
-        self.within_count = table.within_count.copy()
-        self.pooled_total = float(self.within_total.sum())
-        self.pooled_count = int(self.within_count.sum())
+    def __init__(self, memory: PairMemory, entities: Sequence[Entity]) -> None:
+        n = len(entities)
+        labels = _labels(memory.n_clients, entities)
+        table = entity_table(memory, labels, n)
+        self.members = [list(e) for e in entities]
+        self.rank = list(range(n))
+        self.within_lowest = table.within_lowest.tolist()
+        self.within_total = table.within_total.tolist()
+        self.within_count = table.within_count.tolist()
+        self.pooled_total = float(table.within_total.sum())
+        self.pooled_count = int(table.within_count.sum())
+        self.a, self.b = table.a.tolist(), table.b.tolist()
+        self.lowest, self.highest = table.lowest.tolist(), table.highest.tolist()
+        self.total, self.count = table.total.tolist(), table.count.tolist()
+        self.state = [_OPEN] * len(self.a)
+        self.adjacency: list[dict[int, int]] = [{} for _ in range(n)]
+        for row, (a, b) in enumerate(zip(self.a, self.b, strict=True)):
+            self.adjacency[a][b] = row
+            self.adjacency[b][a] = row
+        self.open = [self._key(row) for row in range(len(self.a))]
+        heapq.heapify(self.open)
+        self.refused: list[tuple[float, int, int, int]] = []
+        self.refused_of: list[set[int]] = [set() for _ in range(n)]
+        self.waiting_pooled: list[tuple[float, int]] = []
+        """Refused against the pooled cohesion: (−cross/share, row)."""
+
+    def _key(self, row: int) -> tuple[float, int, int, int]:
+        ra, rb = self.rank[self.a[row]], self.rank[self.b[row]]
+        return (-self.lowest[row], min(ra, rb), max(ra, rb), row)
+
+    def peek(self, heap: list[tuple[float, int, int, int]], state: int) -> int | None:
+        """The first row of ``heap`` still in ``state``, its key refreshed; None if none."""
+        while heap:
+            key = heap[0]
+            row = key[3]
+            if self.state[row] != state:
+                heapq.heappop(heap)
+                continue
+            fresh = self._key(row)
+            if fresh != key:  # an entity moved to an earlier position
+                heapq.heapreplace(heap, fresh)
+                continue
+            return row
+        return None
+
+    def reopen(self, row: int) -> None:
+        """Back to the open heap (its decision must be taken again)."""
+        if self.state[row] == _REFUSED:
+            self.refused_of[self.a[row]].discard(row)
+            self.refused_of[self.b[row]].discard(row)
+        self.state[row] = _OPEN
+        heapq.heappush(self.open, self._key(row))
+
+    def refuse(self, row: int, decision: MergeDecision, share: float | None) -> None:
+        """Aside until an entity of ``row`` changes, or the pooled cohesion falls."""
+        self.state[row] = _REFUSED
+        a, b = self.a[row], self.b[row]
+        self.refused_of[a].add(row)
+        self.refused_of[b].add(row)
+        heapq.heappush(self.refused, self._key(row))
+        check = decision.cohesion
+        own = self.within_mean(a) is not None or self.within_mean(b) is not None
+        if check is not None and share and not own and check.cross_mean is not None:
+            heapq.heappush(self.waiting_pooled, (-check.cross_mean / share, row))
+
+    def pooled(self) -> float | None:
+        return self.pooled_total / self.pooled_count if self.pooled_count else None
 
     def within_mean(self, e: int) -> float | None:
         if len(self.members[e]) < 2 or self.within_count[e] == 0:
             return None
         return float(self.within_total[e] / self.within_count[e])
 
-    def merge(self, a: int, b: int, table: EntityTable, row: int) -> None:
-        """Entity ``b`` joins ``a`` (eq. 10); their cross pairs become within pairs."""
-        self.members[a] = tuple(sorted(self.members[a] + self.members.pop(b)))
-        self.labels[list(self.members[a])] = a
-        self.within_lowest[a] = min(self.within_lowest[a], self.within_lowest[b], table.lowest[row])
-        self.within_total[a] += self.within_total[b] + table.total[row]
-        self.within_count[a] += self.within_count[b] + table.count[row]
-        self.pooled_total += float(table.total[row])
-        self.pooled_count += int(table.count[row])
+    def merge(self, row: int) -> None:
+        """The two entities of ``row`` become one (eq. 10)."""
+        x, y = self.a[row], self.b[row]
+        keep, gone = (x, y) if len(self.adjacency[x]) >= len(self.adjacency[y]) else (y, x)
+        self.refused_of[x].discard(row)
+        self.refused_of[y].discard(row)
+        self.state[row] = _GONE
+        self.within_lowest[keep] = min(
+            self.within_lowest[keep], self.within_lowest[gone], self.lowest[row]
+        )
+        self.within_total[keep] += self.within_total[gone] + self.total[row]
+        self.within_count[keep] += self.within_count[gone] + self.count[row]
+        self.pooled_total += self.total[row]
+        self.pooled_count += self.count[row]
+        self.members[keep].extend(self.members[gone])
+        self.members[gone] = []
+        self.rank[keep] = min(self.rank[keep], self.rank[gone])
+        for stale in (*self.refused_of[keep], *self.refused_of[gone]):
+            self.reopen(stale)
+        del self.adjacency[keep][gone]
+        del self.adjacency[gone][keep]
+        for other, moved in self.adjacency[gone].items():
+            del self.adjacency[other][gone]
+            joined = self.adjacency[keep].get(other)
+            if joined is None:
+                if self.a[moved] == gone:
+                    self.a[moved] = keep
+                else:
+                    self.b[moved] = keep
+                self.adjacency[keep][other] = self.adjacency[other][keep] = moved
+                heapq.heappush(self.open, self._key(moved))
+                continue
+            self.state[moved] = self.state[joined] = _GONE
+            new = len(self.a)
+            self.a.append(keep)
+            self.b.append(other)
+            self.lowest.append(min(self.lowest[moved], self.lowest[joined]))
+            self.highest.append(max(self.highest[moved], self.highest[joined]))
+            self.total.append(self.total[moved] + self.total[joined])
+            self.count.append(self.count[moved] + self.count[joined])
+            self.state.append(_OPEN)
+            self.adjacency[keep][other] = self.adjacency[other][keep] = new
+            heapq.heappush(self.open, self._key(new))
+        self.adjacency[gone] = {}
+        self._release_pooled()
+
+    def _release_pooled(self) -> None:
+        """Reopen refused pairs that the fleet's pooled cohesion now lets pass."""
+        pooled = self.pooled()
+        while self.waiting_pooled and (
+            pooled is None or pooled <= 0 or -self.waiting_pooled[0][0] >= pooled
+        ):
+            _, row = heapq.heappop(self.waiting_pooled)
+            if self.state[row] == _REFUSED:
+                self.reopen(row)
+
+    def entities(self) -> list[Entity]:
+        found = [tuple(sorted(m)) for m in self.members if m]
+        return sorted(found, key=lambda e: e[0])
+
+
+def _labels(n_clients: int, entities: Sequence[Entity]) -> IntArray:
+    labels = np.full(n_clients, -1, dtype=np.int64)
+    for i, entity in enumerate(entities):
+        labels[list(entity)] = i
+    return labels
 
 
 def agglomerate_pairs(
@@ -86,88 +195,83 @@ def agglomerate_pairs(
     Parameters and result as :func:`~coordinator.strategies.agglomeration.agglomerate`,
     with the known pairs of ``memory`` in place of α.
     """
-    state = _Entities(entities, memory.n_clients)
+    graph = _Graph(memory, entities)
     decisions: list[MergeDecision] = []
     passed_over = merges = 0
     searching = next_pair or cohesion_share is not None
     while merges < n_merge:
-        table = entity_table(memory, state.labels, state.count)
-        state.take(table)
-        order = np.lexsort((table.b, table.a, -table.lowest))
-        touched: set[int] = set()
-        regroup = False
-        while merges < n_merge and not regroup:
-            outcome = _iteration(state, table, order, touched, alpha0, searching, cohesion_share)
-            if outcome is None:  # reached a pair of a merged entity: group again
-                regroup = True
-                continue
-            tried, stop = outcome
-            if len(tried) > 1:
-                decisions.append(tried[0][1])
-                passed_over += 1
-            if tried:
-                decisions.append(tried[-1][1])
-            if stop:
-                return _result(state, decisions, passed_over)
-            row = tried[-1][0]
-            a, b = int(table.a[row]), int(table.b[row])
-            state.merge(a, b, table, row)
-            touched.update((a, b))
-            merges += 1
-    return _result(state, decisions, passed_over)
-
-
-def _iteration(
-    state: _Entities,
-    table: EntityTable,
-    order: IntArray,
-    touched: set[int],
-    alpha0: float,
-    searching: bool,
-    share: float | None,
-) -> tuple[list[tuple[int, MergeDecision]], bool] | None:
-    """One iteration of Algorithm 1's loop: the decisions tried and whether merging stops;
-    None when the walk reaches a pair of an entity merged since the grouping."""
-    first: tuple[int, MergeDecision] | None = None
-    for row in order:
-        a, b = int(table.a[row]), int(table.b[row])
-        if a in touched or b in touched:
-            return None
-        decision = _decision(state, table, int(row), alpha0, share)
-        if first is None:
-            first = (int(row), decision)
-            if decision.merge:
-                return [first], False
-            if not searching or decision.alpha_min_cross <= alpha0:
-                return [first], True
-            continue
-        if decision.alpha_min_cross <= alpha0:  # eq. 16 fails from here on
-            return [first], True
+        top_open = graph.peek(graph.open, _OPEN)
+        top_refused = graph.peek(graph.refused, _REFUSED)
+        if top_open is None and top_refused is None:
+            break  # no known cross pair
+        first = _first(graph, top_open, top_refused)
+        decision = _decision(graph, first, alpha0, cohesion_share)
         if decision.merge:
-            return [first, (int(row), decision)], False
-    return ([first] if first is not None else []), True
+            decisions.append(decision)
+            graph.merge(first)
+            merges += 1
+            continue
+        if not searching or decision.alpha_min_cross <= alpha0:
+            decisions.append(decision)
+            break
+        if first == top_open:
+            heapq.heappop(graph.open)
+            graph.refuse(first, decision, cohesion_share)
+        found = _search(graph, alpha0, cohesion_share)
+        decisions.append(decision)
+        if found is None:
+            break
+        decisions.append(found[1])
+        passed_over += 1
+        graph.merge(found[0])
+        merges += 1
+    return Agglomeration(graph.entities(), tuple(decisions), passed_over)
 
 
-def _decision(
-    state: _Entities, table: EntityTable, row: int, alpha0: float, share: float | None
-) -> MergeDecision:
+def _first(graph: _Graph, top_open: int | None, top_refused: int | None) -> int:
+    """Eq. 9's pair: the earlier in eq. 9's order of the two heaps' first rows."""
+    if top_open is None:
+        assert top_refused is not None
+        return top_refused
+    if top_refused is None:
+        return top_open
+    return top_open if graph._key(top_open) < graph._key(top_refused) else top_refused
+
+
+def _search(graph: _Graph, alpha0: float, share: float | None) -> tuple[int, MergeDecision] | None:
+    """The first open pair in eq. 9's order that merges, refusing those that do not; None
+    once a pair fails eq. 16 (every later one fails it too) or none is left."""
+    while (row := graph.peek(graph.open, _OPEN)) is not None:
+        decision = _decision(graph, row, alpha0, share)
+        if decision.alpha_min_cross <= alpha0:
+            return None
+        heapq.heappop(graph.open)
+        if decision.merge:
+            return row, decision
+        graph.refuse(row, decision, share)
+    return None
+
+
+def _decision(graph: _Graph, row: int, alpha0: float, share: float | None) -> MergeDecision:
     """Eqs. 11–16 and the cohesion test for the entity pair of ``row``."""
-    a, b = int(table.a[row]), int(table.b[row])
-    min_cross, max_cross = float(table.lowest[row]), float(table.highest[row])
-    within = float(min(state.within_lowest[a], state.within_lowest[b]))
-    min_within = within if np.isfinite(within) else None
-    both_subservers = len(state.members[a]) >= 2 and len(state.members[b]) >= 2
+    a, b = graph.a[row], graph.b[row]
+    if graph.rank[a] > graph.rank[b]:
+        a, b = b, a
+    min_cross, max_cross = graph.lowest[row], graph.highest[row]
+    within = min(graph.within_lowest[a], graph.within_lowest[b])
+    min_within = within if math.isfinite(within) else None
+    both_subservers = len(graph.members[a]) >= 2 and len(graph.members[b]) >= 2
     potential = max_cross - min_within if both_subservers and min_within is not None else None
-    merge = min_cross > alpha0 and (
+    merge = min_cross > alpha0 and (  # eq. 16, and eq. 14 for two sub-servers
         not both_subservers or (potential is not None and potential > 0)
     )
     cohesion = None
     if share is not None and merge:
-        cohesion = _cohesion(state, table, row, a, b, share)
+        cohesion = _cohesion(graph, row, a, b, share)
         merge = cohesion.passed
     return MergeDecision(
-        state.members[a],
-        state.members[b],
+        tuple(sorted(graph.members[a])),
+        tuple(sorted(graph.members[b])),
         min_cross,
         max_cross,
         min_within,
@@ -177,21 +281,12 @@ def _decision(
     )
 
 
-def _cohesion(
-    state: _Entities, table: EntityTable, row: int, a: int, b: int, share: float
-) -> CohesionCheck:
-    """:func:`~coordinator.strategies.cohesion.cohesion_check` from grouped statistics."""
-    cross = float(table.total[row] / table.count[row])
-    own = [w for w in (state.within_mean(a), state.within_mean(b)) if w is not None]
-    reference: float | None = min(own) if own else None
-    if reference is None and state.pooled_count:
-        reference = state.pooled_total / state.pooled_count
+def _cohesion(graph: _Graph, row: int, a: int, b: int, share: float) -> CohesionCheck:
+    """:func:`~coordinator.strategies.cohesion.cohesion_check` from the rows' statistics."""
+    cross = graph.total[row] / graph.count[row]
+    own = [w for w in (graph.within_mean(a), graph.within_mean(b)) if w is not None]
+    reference = min(own) if own else graph.pooled()
     if reference is None or reference <= 0.0:
         return CohesionCheck(cross, reference, None, True)
     bar = share * reference
     return CohesionCheck(cross, reference, bar, cross >= bar)
-
-
-def _result(state: _Entities, decisions: list[MergeDecision], passed_over: int) -> Agglomeration:
-    entities = [state.members[i] for i in sorted(state.members)]
-    return Agglomeration(entities, tuple(decisions), passed_over)
