@@ -7,13 +7,13 @@ machine taking part, and keeps the last round's 48 updates Δθ with each machin
 gives. The result is cached in a ``.npz`` file (the training takes a minute or two).
 
 :class:`SyntheticFleet` turns them into any number of agents: agent i belongs to group
-``i mod 6`` and sends recorded update ``(i div 6) mod 8`` of that group plus its own
-perturbation, a vector of norm ``noise`` × the update's norm taken from a seeded pool of
-random directions, rolled by a seeded per-agent shift (so no two agents share a
-perturbation, and no agent's perturbation costs a fresh draw of 60,432 normals). With
-``noise = 0.5`` two agents built on the same recorded update have cosine ≈ 0.8, two of the
-same group on different updates ≈ 0.8 × their recorded cosine, two of different groups
-≈ 0.8 × theirs (near 0).
+``i mod 6`` and sends a mix of that group's 8 recorded updates (seeded Dirichlet(1)
+weights, as a machine between the recorded ones would) plus its own perturbation, a vector
+of norm ``noise`` × the mix's norm taken from a seeded pool of random directions, rolled by
+a seeded per-agent shift (so no two agents share a perturbation, and no agent's
+perturbation costs a fresh draw of 60,432 normals). Mixing spreads the within-group
+cosines continuously, as real machines do; agents built on one recorded update each would
+form tight sub-groups that FLACC's eq. 14 never joins.
 """
 
 from __future__ import annotations
@@ -47,11 +47,12 @@ def recorded_updates(cache: Path, seed: int = 0, rounds: int = 3) -> Recorded:
         saved = np.load(cache)
         return Recorded(saved["deltas"], saved["groups"], saved["base"])
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import torch  # only to record: the measured workers never load it
+    # Only to record: the measured worker processes never load torch and the simulator.
+    import torch  # noqa: PLC0415
 
-    from faultfleet.tasks import TrainConfig
-    from faultfleet_apps.simulation.config import profile
-    from faultfleet_apps.simulation.runner import build_federation, make_engine
+    from faultfleet.tasks import TrainConfig  # noqa: PLC0415
+    from faultfleet_apps.simulation.config import profile  # noqa: PLC0415
+    from faultfleet_apps.simulation.runner import build_federation, make_engine  # noqa: PLC0415
 
     torch.set_num_threads(1)
     train = TrainConfig(optimizer="adam", learning_rate=5e-4, epochs=1, batch_size=32)
@@ -103,7 +104,9 @@ class SyntheticFleet:
         pool = rng.standard_normal((POOL, n_params)).astype(np.float32)
         self.pool = pool / np.linalg.norm(pool, axis=1, keepdims=True)
         self.shifts = rng.integers(0, n_params, size=n_agents)
-        self.norms = np.linalg.norm(recorded.deltas, axis=1)
+        self.mixes = [
+            rng.dirichlet(np.ones(len(self.members[self.group(i)]))) for i in range(n_agents)
+        ]
 
     def group(self, agent: int) -> int:
         """The true group of ``agent``."""
@@ -116,8 +119,10 @@ class SyntheticFleet:
     def delta(self, agent: int) -> FloatArray:
         """Agent ``agent``'s update, shape (n_params,), float32."""
         members = self.members[self.group(agent)]
-        source = int(members[(agent // len(self.members)) % len(members)])
+        mix = (self.mixes[agent].astype(np.float32) @ self.recorded.deltas[members]).astype(
+            np.float32
+        )
         direction = np.roll(self.pool[agent % POOL], int(self.shifts[agent]))
-        scale = np.float32(self.noise * self.norms[source])
-        update: FloatArray = self.recorded.deltas[source] + scale * direction
+        scale = np.float32(self.noise * float(np.linalg.norm(mix)))
+        update: FloatArray = mix + scale * direction
         return update

@@ -52,6 +52,8 @@ from coordinator.adapters.round_tasks import (
     excess_samples,
 )
 from coordinator.adapters.task_frames import Frame
+from coordinator.adapters.task_resend import send_again
+from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.wire.codec import (
@@ -136,6 +138,8 @@ class AnswerCollector:
         self._closed = ClosedTasks()
         self._aborted = False
         self._writer = JournalWriter(journal, written=self._settle, failed=self._unwritten)
+        self.stream: UpdateStream | None = None
+        """Where updates go instead of their tasks' results (set per round by the fleet)."""
         self._workers = AnswerWorkers(check_threads, name="answer-check")
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -256,24 +260,7 @@ class AnswerCollector:
                 and not (p.done or p.journaling)
                 and p.task_id in self._sent
             ]
-        sent = sent_bytes = 0
-        for header, body in frames:
-            again = encode_frame(header.model_copy(update={"issued_at": self.clock()}), body)
-            try:
-                sent_bytes += self.connection.publish(self.topics.tasks(agent_id), again)
-            except (ValueError, RuntimeError) as error:  # the first copy may still arrive
-                logger.warning("could not send task %s again: %s", header.task_id, error)
-                continue
-            sent += 1
-        if sent:
-            self.metrics.tasks_resent.inc(sent)
-            self.metrics.payload_sent_bytes.inc(sent_bytes)
-            logger.info(
-                "round %d: %s is online; sent its %d unanswered task(s) again",
-                frames[0][0].server_round,
-                agent_id,
-                sent,
-            )
+        send_again(self.connection, self.topics.tasks(agent_id), frames, self.clock, self.metrics)
 
     def agent_offline(self, agent_id: str) -> None:
         """Fail the open tasks of an agent that went offline, so the round need not wait.
@@ -368,9 +355,21 @@ class AnswerCollector:
             self._answered.notify_all()
 
     def _settle(self, writes: Sequence[Write]) -> None:
+        """Count journaled (or replayed) answers; with a stream, fold updates into it
+        instead of keeping them, so their weights (and messages) are freed at once."""
+        stream = self.stream
+        for write in writes:
+            if stream is not None and isinstance(write.result, FitResult):
+                try:
+                    stream.add(write.result)
+                except ValueError as error:
+                    self._fail(write.pending.task_id, f"its update could not be folded: {error}")
+                    continue
+                write.pending.streamed = True
         with self._answered:
             for write in writes:
-                write.pending.result = write.result
+                if not write.pending.streamed and write.pending.failure is None:
+                    write.pending.result = write.result
                 write.pending.bytes_up = len(write.payload)
             self._answered.notify_all()
         fits = sum(isinstance(w.result, FitResult) for w in writes)

@@ -45,10 +45,12 @@ class Pending:
     bytes_up: int = 0
     journaling: bool = False
     """Accepted and being written to the journal; it counts once the write is done."""
+    streamed: bool = False
+    """Folded into the round's stream: answered, its result not kept."""
 
     @property
     def done(self) -> bool:
-        return self.result is not None or self.failure is not None
+        return self.result is not None or self.failure is not None or self.streamed
 
     @property
     def kind(self) -> str:

@@ -283,8 +283,8 @@ class FLACC(Strategy):
         self.merges_.extend(
             Merge(
                 server_round,
-                tuple(ids[i] for i in d.first),
-                tuple(ids[i] for i in d.second),
+                tuple(map(ids.__getitem__, d.first)),
+                tuple(map(ids.__getitem__, d.second)),
                 d.alpha_min_cross,
                 threshold,
             )

@@ -20,6 +20,8 @@ from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.round_tasks import Collection
+from coordinator.strategies.robust import AggregationPolicy
+from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import FitResult, FitTask, TrainConfig
 from faultfleet.wire.messages import AgentStatus, FitTaskMessage, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
@@ -228,3 +230,31 @@ def test_the_last_will_fails_a_task_whose_update_never_came(tmp_path: Path) -> N
     assert task.result is None
     assert task.failure is not None
     assert task.failure.reason == "the agent went offline during the round"
+
+
+def test_a_streamed_update_is_folded_once_journaled_and_not_kept(tmp_path: Path) -> None:
+    # Prepare: a started fleet with open fit tasks for a and b, a stream for the round
+    registry = AgentRegistry()
+    for agent in ("a", "b"):
+        registry.update(status(agent, "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    start = np.zeros(10, dtype=np.float32)
+    tasks = [FitTask(agent, {"global": start}, TrainConfig(), seed=1) for agent in ("a", "b")]
+    frames = mqtt_fleet.frames.fit(1, tasks)
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    stream = UpdateStream(1, {"global": start}, AggregationPolicy(), {})
+    mqtt_fleet.answers.stream = stream
+
+    # Execute: both answer; the workers and the journal writer finish
+    for (_, header, _), value in zip(frames, (1.0, 3.0), strict=True):
+        assert isinstance(header, FitTaskMessage)
+        mqtt_fleet.answers._receive(
+            Topics().results(header.agent_id), fit_frame(header, start + value)
+        )
+    mqtt_fleet.close()
+
+    # Assert: folded (sample-weighted mean of 1 and 3 with 10 samples each), nothing kept
+    assert all(p.streamed and p.result is None and p.done for p, _, _ in frames)
+    assert {u.client_id for u in stream.updates()} == {"a", "b"}
+    np.testing.assert_allclose(stream.average("global"), np.full(10, 2.0))
+    assert len(RoundJournal(tmp_path).accepted()) == 2

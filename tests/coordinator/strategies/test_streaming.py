@@ -129,4 +129,4 @@ def test_updates_folded_from_several_threads_all_count() -> None:
     exact = weighted_average([r.weights for r in updates], [r.num_samples for r in updates])
     np.testing.assert_allclose(folded.average("global"), exact, atol=1e-6)
     assert {u.client_id for u in folded.updates()} == {r.client_id for r in updates}
-    assert all(u.sketch is not None and u.sketch.shape == (16,) for u in folded.updates())
+    assert all(u.sketch is not None and u.sketch.shape == (17,) for u in folded.updates())
