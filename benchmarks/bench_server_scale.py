@@ -24,8 +24,11 @@ dimension exceeds the model); on fleets it can handle, the merging there takes t
 decisions of FLACC's dense implementation (``tests/coordinator/strategies/
 test_sparse_agglomeration.py``), whose α and τ alone would take 1.6 GB at 10,000 agents
 and whose merges cost O(m²) each. It computes a k × k Gram matrix of the full updates per
-round (≈ 11 s per round at 2,500 updates on this machine with 2 threads) and is not timed
-against anything. ``--exact-up-to`` skips it above a fleet size.
+round (≈ 11 s per round at 2,500 updates on this machine with 2 threads) and holds every
+pair of the last T rounds grouped by entity (3 million at 10,000 agents); it is not timed
+against anything. ``--exact-up-to`` skips it above a fleet size; ``--exact-pairs sampled``
+makes it compare only the sketch path's sampled pairs, with exact cosines, which isolates
+the sketch's error from the pair sampling's and fits larger fleets.
 
 Prints, per N: updates per round, mean and worst seconds per step over the rounds, peak
 RSS, the ARI of the sketch path's clusters against the exact path's and against the true
@@ -73,7 +76,7 @@ def worker(args: argparse.Namespace) -> None:
         n_merge=n,
         n_sep=10**6,
         pairwise="sketch",
-        partners=n if exact else args.partners,
+        partners=n if exact and args.exact_pairs == "all" else args.partners,
         sketch_epsilon=EXACT_EPSILON if exact else args.epsilon,
         sketch_seed=args.seed,
     )
@@ -124,7 +127,7 @@ def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, ob
     command = [sys.executable, __file__, "--worker", path, "--worker-agents", str(agents)]
     command += ["--rounds", str(args.rounds), "--seed", str(args.seed)]
     command += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
-    command += ["--cache", str(args.cache)]
+    command += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{path} worker at {agents} agents failed:\n{done.stderr}")
@@ -139,6 +142,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--exact-up-to", type=int, default=20_000)
+    parser.add_argument(
+        "--exact-pairs",
+        choices=["all", "sampled"],
+        default="all",
+        help="the exact path compares every pair, or the sketch path's sampled pairs",
+    )
     parser.add_argument("--partners", type=int, default=32)
     parser.add_argument("--epsilon", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=0)
@@ -178,6 +187,7 @@ def main() -> None:
             "wall_seconds_per_step": float(np.mean(sketch["walls"])),  # type: ignore[call-overload]
             "peak_rss_mb": sketch["peak_rss_mb"],
             "ari_vs_exact": ari_exact,
+            "exact_pairs": args.exact_pairs if agents <= args.exact_up_to else None,
             "ari_vs_truth": adjusted_rand_index(truth, labels),
             "pairs_remembered": sketch["pairs"],
             "sketch_dim": sketch["sketch_dim"],

@@ -14,15 +14,25 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.round_tasks import Write
 
+W = TypeVar("W")
+Entry = tuple[str, str, bytes]
+
 logger = logging.getLogger(__name__)
 
 
-class JournalWriter:
-    """A thread writing queued :class:`~coordinator.adapters.round_tasks.Write` s.
+def write_entry(write: Write) -> Entry:
+    """The journal entry of an accepted answer: (agent id, task id, payload)."""
+    return write.pending.agent_id, write.pending.task_id, write.payload
+
+
+class JournalWriter(Generic[W]):
+    """A thread writing queued writes (by default :class:`~coordinator.adapters.round_tasks.
+    Write` s) to the journal.
 
     Parameters
     ----------
@@ -31,19 +41,23 @@ class JournalWriter:
         ``written(batch)`` after a batch is on disk (writer thread).
     failed : callable
         ``failed(batch)`` after a batch could not be written (writer thread).
+    entry : callable
+        The journal entry ``(agent id, task id, payload)`` of a write.
     """
 
     def __init__(
         self,
         journal: RoundJournal,
         *,
-        written: Callable[[Sequence[Write]], None],
-        failed: Callable[[Sequence[Write]], None],
+        written: Callable[[Sequence[W]], None],
+        failed: Callable[[Sequence[W]], None],
+        entry: Callable[[W], Entry],
     ) -> None:
         self.journal = journal
         self.written = written
         self.failed = failed
-        self._writes: queue.Queue[Write | None] = queue.Queue()
+        self.entry = entry
+        self._writes: queue.Queue[W | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
     @property
@@ -64,7 +78,7 @@ class JournalWriter:
         self._thread = threading.Thread(target=self._run, name="round-journal", daemon=True)
         self._thread.start()
 
-    def put(self, write: Write) -> None:
+    def put(self, write: W) -> None:
         """Queue ``write``; it is reported written or failed later, on the writer thread."""
         self._writes.put(write)
 
@@ -91,7 +105,7 @@ class JournalWriter:
             batch = [w for w in queued if w is not None]
             if not batch:
                 continue
-            entries = [(w.pending.agent_id, w.pending.task_id, w.payload) for w in batch]
+            entries = [self.entry(w) for w in batch]
             try:
                 self.journal.record_many(entries)
             except Exception:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.adapters.answer_workers import AnswerWorkers
 from coordinator.adapters.journal import RoundJournal
-from coordinator.adapters.journal_writer import JournalWriter
+from coordinator.adapters.journal_writer import JournalWriter, write_entry
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_probes import answer_result
 from coordinator.adapters.round_tasks import (
@@ -137,7 +137,9 @@ class AnswerCollector:
         """Header and body of every task of the round in flight that was published."""
         self._closed = ClosedTasks()
         self._aborted = False
-        self._writer = JournalWriter(journal, written=self._settle, failed=self._unwritten)
+        self._writer = JournalWriter(
+            journal, written=self._settle, failed=self._unwritten, entry=write_entry
+        )
         self.stream: UpdateStream | None = None
         """Where updates go instead of their tasks' results (set per round by the fleet)."""
         self._workers = AnswerWorkers(check_threads, name="answer-check")

@@ -12,16 +12,17 @@ known cosines) in a heap ordered as eq. 9 orders pairs (α_min^cross descending,
 entities' positions). A merge combines the rows of the two entities with each third entity
 in place (the smaller adjacency is walked, Lance–Williams for min, max, sums and counts); a
 row whose α_min^cross fell keeps its heap entry, which now comes too early and is put back
-in its place when it reaches the top, so a round of merging costs O(q log q) for q rows. Pairs that a test refused are kept aside, where
-Algorithm 1 would try them again in every iteration with the same outcome, until a change
-may let them pass: a merge into an entity without a within mean (a single client) reopens
-its refused pairs; a merge into one with a within mean can only lower its α_min^within and
-move its cohesion, so only its pairs whose cross mean reaches ``share`` × its new mean or
-whose α_max^cross exceeds its new α_min^within are reopened (every other test of the pair
-is unchanged, and the cohesion reference is the smaller of the two means, so a pair below
-the bar of the changed entity stays below the bar it failed); pairs compared with the
-fleet's pooled cohesion, which moves with every merge, wait until it falls to where they
-would pass.
+in its place when it reaches the top, so a round of merging costs O(q log q) for q rows.
+
+Pairs that a test refused are kept aside, where Algorithm 1 would try them again in every
+iteration with the same outcome, until a change may let them pass: a merge into an entity
+without a within mean (a single client) reopens its refused pairs; a merge into one with a
+within mean can only lower its α_min^within and move its cohesion, so only its pairs whose
+cross mean reaches ``share`` × its new mean or whose α_max^cross exceeds its new
+α_min^within are reopened (every other test of the pair is unchanged, and the cohesion
+reference is the smaller of the two means, so a pair below the bar of the changed entity
+stays below the bar it failed); pairs compared with the fleet's pooled cohesion, which
+moves with every merge, wait until it falls to where they would pass.
 
 Exact ties of α_min^cross between two pairs are broken by the entities' positions as the
 dense implementation does, except after a merge has moved one of the pairs' entities to an
