@@ -62,7 +62,7 @@ from coordinator.strategies.keys import GLOBAL, cluster_key
 from coordinator.strategies.pairwise import resolve
 from coordinator.strategies.parameters import Param
 from coordinator.strategies.robust import RoundTally
-from coordinator.strategies.streaming import StreamBounds, UpdateStream, fold_all
+from coordinator.strategies.streaming import FoldedRound, StreamBounds, UpdateStream, fold_all
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
 
@@ -205,15 +205,15 @@ class FLACC(Strategy):
         )
 
     def aggregate_stream(
-        self, server_round: int, stream: UpdateStream, failures: Sequence[Failure]
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
         self._check_answers([(u.client_id, u.model_key) for u in stream.updates()])
         self._aggregate_stream(server_round, stream)
 
-    def _aggregate_stream(self, server_round: int, stream: UpdateStream) -> None:
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
         assert self.sketched_ is not None  # streams exist in sketch mode only
-        keys = stream.keys()
+        keys = stream.model_keys()
         if not self.separated_:
             updates = sorted(stream.updates(), key=lambda u: self._index(u.client_id))
             answered = np.array([self._index(u.client_id) for u in updates], dtype=np.intp)

@@ -92,6 +92,9 @@ class UpdateSketcher:
             raise ValueError(f"n_params and dim must be >= 1, got {n_params} and {dim}")
         self.n_params = n_params
         self.seed = seed
+        self.requested_dim = dim
+        """``dim`` as given (the seed's derivation takes it): another process draws the
+        same sketch with ``UpdateSketcher(n_params, requested_dim, seed)``."""
         self.identity = dim >= n_params
         self.dim = n_params if self.identity else dim
         if not self.identity:

@@ -163,6 +163,34 @@ class UpdateStream:
             self._updates.append(update)
         return update
 
+    def retract(self, result: FitResult) -> None:
+        """Take a folded update out again: subtract the term :meth:`add` added (the same
+        weight and clip factor: the bounds do not change within a round). An ingest worker
+        retracts an update the coordinator refused (another worker's copy came first).
+
+        Raises
+        ------
+        ValueError
+            ``result``'s client and model were not folded.
+        """
+        key = (result.client_id, result.model_key)
+        delta = np.subtract(result.weights, self.models[result.model_key], dtype=np.float32)
+        norm = math.sqrt(max(float(np.dot(delta, delta)), 0.0))
+        weight, scale, capped = self._weight_and_scale(result, norm)
+        delta *= np.float32(weight * scale)
+        with self._lock:
+            if key not in self._seen:
+                raise ValueError(f"no update of {key[0]!r} for {key[1]!r} to retract")
+            self._seen.discard(key)
+            np.copyto(self._scratch, delta)
+            self._sums[result.model_key] -= self._scratch
+            self._weights[result.model_key] -= weight
+            old = self._reports[result.model_key]
+            self._reports[result.model_key] = AggregateReport(
+                old.updates - 1, old.norm_clipped - int(scale < 1.0), old.weight_capped - capped
+            )
+            self._updates = [u for u in self._updates if (u.client_id, u.model_key) != key]
+
     def _weight_and_scale(self, result: FitResult, norm: float) -> tuple[float, float, bool]:
         """An update's weight (its capped sample count; 1 under privacy) and clip factor."""
         policy, bounds = self.policy, self.bounds.get(result.model_key, StreamBounds())
@@ -186,7 +214,7 @@ class UpdateStream:
         with self._lock:
             return tuple(self._updates)
 
-    def keys(self) -> list[str]:
+    def model_keys(self) -> list[str]:
         """Model keys with at least one update."""
         with self._lock:
             return sorted(self._sums)
@@ -216,6 +244,14 @@ class UpdateStream:
             raise ValueError(f"every update of {key!r} weighs 0; nothing to average")
         return np.asarray(base + total / weight, dtype=np.float32)
 
+    def partial(self, key: str) -> tuple[FloatArray, float]:
+        """(Σ w_i s_i Δθ_i / Σ w_i as float32, Σ w_i) of ``key``: what an ingest worker
+        sends, and :meth:`average` adds to θ."""
+        with self._lock:
+            total, weight = self._sums[key], self._weights[key]
+        mean = total / weight if weight > 0 else np.zeros_like(total)
+        return np.asarray(mean, dtype=np.float32), weight
+
     def report(self, key: str) -> AggregateReport:
         """What the rules did to the updates of ``key``."""
         with self._lock:
@@ -223,12 +259,7 @@ class UpdateStream:
 
     def next_bounds(self, key: str) -> StreamBounds:
         """The medians this round measured for ``key``: the next round's bounds."""
-        kept = [u for u in self.updates() if u.model_key == key]
-        if not kept:
-            return self.bounds.get(key, StreamBounds())
-        norms = np.array([u.norm for u in kept])
-        counts = np.array([float(u.num_samples) for u in kept])
-        return StreamBounds(lower_median(norms), lower_median(counts))
+        return lower_medians(self.updates(), key, self.bounds.get(key, StreamBounds()))
 
 
 def fold_all(stream: UpdateStream, results: Sequence[FitResult]) -> UpdateStream:
@@ -236,6 +267,44 @@ def fold_all(stream: UpdateStream, results: Sequence[FitResult]) -> UpdateStream
     for result in results:
         stream.add(result)
     return stream
+
+
+class FoldedRound(Protocol):
+    """A round's updates, folded: an :class:`UpdateStream`, or the summaries and partial
+    sums of ingest workers merged (:mod:`coordinator.adapters.ingest_round`)."""
+
+    def updates(self) -> tuple[StreamedUpdate, ...]:
+        """What is kept of every update."""
+        ...
+
+    def model_keys(self) -> list[str]:
+        """Model keys with at least one update."""
+        ...
+
+    def average(self, key: str, *, index: int = 0) -> FloatArray:
+        """The model ``key``'s new weights."""
+        ...
+
+    def report(self, key: str) -> AggregateReport:
+        """What the rules did to the updates of ``key``."""
+        ...
+
+    def next_bounds(self, key: str) -> StreamBounds:
+        """The medians measured for ``key``: the next round's bounds."""
+        ...
+
+
+def lower_medians(
+    updates: Sequence[StreamedUpdate], key: str, fallback: StreamBounds
+) -> StreamBounds:
+    """The lower medians of the norms and sample counts of ``key``'s updates (``fallback``
+    when it has none)."""
+    kept = [u for u in updates if u.model_key == key]
+    if not kept:
+        return fallback
+    norms = np.array([u.norm for u in kept])
+    counts = np.array([float(u.num_samples) for u in kept])
+    return StreamBounds(lower_median(norms), lower_median(counts))
 
 
 @runtime_checkable
@@ -248,7 +317,7 @@ class StreamingStrategy(Protocol):
         ...
 
     def aggregate_stream(
-        self, server_round: int, stream: UpdateStream, failures: Sequence[Failure]
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """The round's reaction to the updates folded into ``stream``."""
         ...

@@ -47,6 +47,8 @@ class IngestPlan(_Envelope):
 
     kind: Literal["ingest_plan"] = "ingest_plan"
     model_keys: tuple[Name, ...]
+    n_params: Annotated[int, Field(ge=1)]
+    """Flat length of every model's weights."""
     clip_factor: Annotated[float, Field(ge=0)] = 0.0
     clip_norm: Annotated[float, Field(ge=0)] = 0.0
     weight_cap: Annotated[float, Field(ge=0)] = 0.0
@@ -56,9 +58,15 @@ class IngestPlan(_Envelope):
 
 
 class IngestClose(_Envelope):
-    """The round is over: send its partial sums."""
+    """The round is over: send its partial sums, after taking out of them the updates the
+    coordinator refused (``refused``: worker id to task ids, e.g. a task whose answer
+    another worker summarised first)."""
 
     kind: Literal["ingest_close"] = "ingest_close"
+    refused: dict[Name, tuple[Name, ...]] = Field(default_factory=dict)
+    closing: NonNegative = 0
+    """Counts the closes of one round: a summary refused after a close (its worker had
+    not yet seen it) makes the coordinator close again, and workers answer each close."""
 
 
 class UpdateSummary(_Envelope):
@@ -85,6 +93,8 @@ class PartialSum(_Envelope):
     updates: NonNegative
     clipped: NonNegative = 0
     capped: NonNegative = 0
+    closing: NonNegative = 0
+    """The close this answers (:attr:`IngestClose.closing`)."""
 
 
 PLAN_ADAPTER: TypeAdapter[IngestPlan | IngestClose] = TypeAdapter(

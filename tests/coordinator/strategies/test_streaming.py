@@ -130,3 +130,23 @@ def test_updates_folded_from_several_threads_all_count() -> None:
     np.testing.assert_allclose(folded.average("global"), exact, atol=1e-6)
     assert {u.client_id for u in folded.updates()} == {r.client_id for r in updates}
     assert all(u.sketch is not None and u.sketch.shape == (17,) for u in folded.updates())
+
+
+def test_a_retracted_update_leaves_the_fold_of_the_others() -> None:
+    # Prepare: clipping and capping on, so the retracted term is a clipped, capped one
+    updates = results(4, 8)
+    loud = FitResult("loud", "global", BASE + 50.0, None, 10_000, 0.5, base=BASE)
+    policy = AggregationPolicy(clip_factor=2.0, weight_cap=2.0)
+    bounds = StreamBounds(norm=0.7, samples=40.0)
+
+    # Execute
+    with_loud = fold_all(stream(policy, bounds), [*updates, loud])
+    with_loud.retract(loud)
+
+    # Assert
+    without = fold_all(stream(policy, bounds), updates)
+    np.testing.assert_allclose(with_loud.average("global"), without.average("global"), atol=1e-6)
+    assert with_loud.report("global") == without.report("global")
+    assert [u.client_id for u in with_loud.updates()] == [r.client_id for r in updates]
+    with pytest.raises(ValueError, match="no update of 'loud'"):
+        with_loud.retract(loud)
