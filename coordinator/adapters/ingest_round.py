@@ -37,6 +37,7 @@ from faultfleet.wire.codec import (
 from faultfleet.wire.ingest_messages import (
     SUMMARY_ADAPTER,
     IngestClose,
+    IngestReady,
     PartialSum,
     UpdateSummary,
 )
@@ -85,6 +86,7 @@ class IngestRound:
         self._accepted: Counter[str] = Counter()
         self._refused: defaultdict[str, list[str]] = defaultdict(list)
         self._closing = -1
+        self._ready: set[str] = set()
         self._closed_refusals = 0
         self._partials: dict[tuple[str, str], tuple[PartialSum, FloatArray]] = {}
 
@@ -103,6 +105,10 @@ class IngestRound:
                 RejectReason.LATE,
                 f"summary of round {message.server_round} in round {self.server_round}",
             )
+        if isinstance(message, IngestReady):
+            with self._lock:
+                self._ready.add(message.worker_id)
+            return
         if isinstance(message, UpdateSummary):
             sketch = decode_tensors(
                 body,
@@ -126,6 +132,11 @@ class IngestRound:
         )["mean"]
         with self._lock:
             self._partials[(message.worker_id, message.model_key)] = (message, mean)
+
+    def ready(self) -> frozenset[str]:
+        """The workers that took this round's plan."""
+        with self._lock:
+            return frozenset(self._ready)
 
     def _take(self, message: UpdateSummary, update: StreamedUpdate) -> None:
         """Accept the first summary of a task sent to its agent; refuse the others."""

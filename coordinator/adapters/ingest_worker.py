@@ -57,6 +57,7 @@ from faultfleet.wire.ingest_messages import (
     PLAN_ADAPTER,
     IngestClose,
     IngestPlan,
+    IngestReady,
     PartialSum,
     UpdateSummary,
 )
@@ -173,6 +174,10 @@ class IngestWorker:
             self._plan, self._stream, self._seen = plan, stream, set()
             self._closed, self._retracted = False, set()
         self._journal.begin(plan.server_round, [])
+        ready = IngestReady(
+            run_id=plan.run_id, server_round=plan.server_round, worker_id=self.worker_id
+        )
+        self.connection.publish(self._summaries(), encode_frame(ready))
 
     def _close_round(self, close: IngestClose) -> None:
         """Send the round's partial sums without the updates ``close`` refuses; every

@@ -5,7 +5,8 @@ through a shared subscription: each fit update reaches one of them, which checks
 and journals it, folds it into its partial sums and forwards a compact summary. The
 coordinator tells them what a round folds into with a retained :class:`IngestPlan` (body:
 the round's models, safetensors, float32) and closes the round with :class:`IngestClose`;
-a worker answers with one :class:`UpdateSummary` per accepted update (body: the update's
+a worker says it took the plan (:class:`IngestReady`), answers with one
+:class:`UpdateSummary` per accepted update (body: the update's
 unit sketch) and, at the close, one :class:`PartialSum` per model key (body: its weighted
 mean update).
 """
@@ -69,6 +70,13 @@ class IngestClose(_Envelope):
     not yet seen it) makes the coordinator close again, and workers answer each close."""
 
 
+class IngestReady(_Envelope):
+    """A worker took the round's plan: updates it is handed from now on are folded."""
+
+    kind: Literal["ingest_ready"] = "ingest_ready"
+    worker_id: Name
+
+
 class UpdateSummary(_Envelope):
     """One accepted update, journaled by ``worker_id``; the body holds its unit sketch."""
 
@@ -100,6 +108,6 @@ class PartialSum(_Envelope):
 PLAN_ADAPTER: TypeAdapter[IngestPlan | IngestClose] = TypeAdapter(
     Annotated[IngestPlan | IngestClose, Field(discriminator="kind")]
 )
-SUMMARY_ADAPTER: TypeAdapter[UpdateSummary | PartialSum] = TypeAdapter(
-    Annotated[UpdateSummary | PartialSum, Field(discriminator="kind")]
+SUMMARY_ADAPTER: TypeAdapter[IngestReady | UpdateSummary | PartialSum] = TypeAdapter(
+    Annotated[IngestReady | UpdateSummary | PartialSum, Field(discriminator="kind")]
 )

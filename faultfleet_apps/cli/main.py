@@ -33,6 +33,7 @@ from faultfleet_apps.cli.bench import add_bench_command
 from faultfleet_apps.cli.campaigns import add_campaign_command
 from faultfleet_apps.cli.demo import add_demo_command
 from faultfleet_apps.cli.deploy import add_deploy_command
+from faultfleet_apps.cli.ingest import add_ingest_command
 from faultfleet_apps.cli.keys import add_keys_command
 from faultfleet_apps.cli.labels import add_label_command
 from faultfleet_apps.cli.models import add_models_command
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_command(commands)
     add_demo_command(commands)
     add_runtime_commands(commands)
+    add_ingest_command(commands)
     add_deploy_command(commands)
     add_keys_command(commands)
     add_models_command(commands)

@@ -22,7 +22,6 @@ from faultfleet.wire.codec import encode_frame, encode_tensors
 from faultfleet.wire.messages import FitUpdateMessage, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
-from tests.integration.services import wait_until
 from tests.integration.wire_clients import TOPICS
 
 N_PARAMS = 500
@@ -91,7 +90,7 @@ def test_two_workers_share_the_updates_and_their_sums_merge_exactly(
         # Execute: the plan, 40 updates (one sent twice), the close
         tasks = {f"t{i:03d}": a for i, a in enumerate(AGENTS)}
         merged = coordinator.open_round("r1", opened, tasks=tasks)
-        wait_until(lambda: all(w._plan is not None for w in workers), 30, "the plan")
+        assert coordinator.wait_for(lambda r: r.ready() == {"w1", "w2"}, 30)
         for index in [*range(len(AGENTS)), 5]:
             agents.publish(TOPICS.results(AGENTS[index]), update_frame(index))
         summarised = coordinator.wait_for(lambda r: len(r.updates()) == len(AGENTS), 60)
