@@ -159,7 +159,20 @@ def test_list_options_prints_the_table_without_running(
     assert lines[0].startswith("options of flacc")
     assert lines[1].split()[:3] == ["option", "allowed", "default"]
     names = [line.split()[0] for line in lines[2:]]
-    assert names == ["fraction", "alpha0", "memory", "n_merge", "n_sep", "next_pair"]
+    assert names == [
+        "fraction",
+        "alpha0",
+        "memory",
+        "n_merge",
+        "n_sep",
+        "next_pair",
+        "rule",
+        "cohesion_share",
+        "partners",
+        "pairwise",
+        "sketch_epsilon",
+        "sketch_seed",
+    ]
     memory = lines[2 + names.index("memory")]
     assert "an integer >= 0 or none (T = ∞, never forget)" in memory
     assert "FLACC eq. 18; 10 in §VI" in memory
