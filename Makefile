@@ -38,9 +38,9 @@ unit: $(STAMP)
 
 test: system-packages lint unit
 
+# The performance benchmarks in short settings; one table of ratios in bench-out/all/bench.md.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_simulator.py
-	$(BIN)/python benchmarks/bench_windowing.py
+	$(BIN)/python benchmarks/bench_all.py --out bench-out/all
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache

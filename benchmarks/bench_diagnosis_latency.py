@@ -35,6 +35,7 @@ milliseconds and the ratios agent / bare. Numbers only, no pass/fail.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -143,23 +144,28 @@ def percentile_ms(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) * 1e3
 
 
-def report(model: str, seconds: dict[str, list[float]]) -> None:
-    """Print one line per variant, with ratios against ``bare``."""
+def report(model: str, seconds: dict[str, list[float]]) -> list[dict[str, object]]:
+    """Print one line per variant, with ratios against ``bare``; returns the rows."""
     bare_p50, bare_p99 = percentile_ms(seconds["bare"], 50), percentile_ms(seconds["bare"], 99)
+    rows: list[dict[str, object]] = []
     for name, values in seconds.items():
         p50, p99 = percentile_ms(values, 50), percentile_ms(values, 99)
+        rows.append(
+            {"model": model, "variant": name, "p50_ms": p50, "p99_ms": p99, "bare_p50_ms": bare_p50}
+        )
         print(
             f"{model:<8}{name:<15}{len(values):>7}{p50:>9.3f}{p99:>9.3f}"
             f"{statistics.fmean(values) * 1e3:>9.3f}{p50 / bare_p50:>9.2f}{p99 / bare_p99:>9.2f}"
             f"{(p50 - bare_p50) * 1e3:>11.0f}",
             flush=True,
         )
+    return rows
 
 
 def run_model(
     model: str, args: argparse.Namespace, broker: RunningBroker | None, folder: Path
-) -> None:
-    """Export ``model``, build the variants and print their latencies."""
+) -> list[dict[str, object]]:
+    """Export ``model``, build the variants and print (and return) their latencies."""
     weights = flatten_weights(build_model(model, SAMPLE_SHAPE, len(CLASS_NAMES), seed=0))
     exported = export_weights(weights, model, SAMPLE_SHAPE, len(CLASS_NAMES))
     rng = np.random.default_rng(0)
@@ -201,7 +207,7 @@ def run_model(
         for agent in agents.values():
             agent.connection.stop()
             agent.log.close()
-    report(model, seconds)
+    return report(model, seconds)
 
 
 def main() -> None:
@@ -213,6 +219,7 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=50)
     parser.add_argument("--interval-ms", type=float, default=1.0, help="pause between windows")
     parser.add_argument("--no-publish", action="store_true", help="skip agent+publish")
+    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print("command: python " + shlex.join(sys.argv))
@@ -228,8 +235,10 @@ def main() -> None:
     )
     try:
         with tempfile.TemporaryDirectory(prefix="bench-diagnosis-") as folder:
-            for model in args.models:
-                run_model(model, args, broker, Path(folder))
+            rows = [r for m in args.models for r in run_model(m, args, broker, Path(folder))]
+        if args.json is not None:
+            document = {"benchmark": "diagnosis_latency", "rows": rows}
+            args.json.write_text(json.dumps(document, indent=1))
     finally:
         if broker is not None:
             broker.stop()

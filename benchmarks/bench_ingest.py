@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_ingest.py [--repeats 3] [--models compact paper]
        [--updates-compact 200] [--updates-paper 12] [--journal off shm disk]
+       [--check-threads 2] [--json FILE]
 
 Starts a private Mosquitto on 127.0.0.1 (``faultfleet_apps.brokers.launch.start_broker``) and one
 publisher process that stays up for the whole run: a plain ``MqttConnection`` that sends
@@ -14,11 +15,12 @@ of exactly the same frames from that same publisher:
   broker throughput for these payloads on this machine.
 * ``MqttFleet.fit`` (ours): the real coordinator path. An ``MqttFleet`` with a real
   ``MqttConnection``, ``RoundJournal`` and ``CoordinatorMetrics`` publishes one fit task per
-  fake agent. The publisher answers once it has all N tasks, and the fleet validates each
-  answer on paho's network thread: frame split, pydantic envelope, safetensors decode,
-  finiteness check, delta against the task's weights; then the journal's writer thread
-  writes the accepted updates in batches (one atomic, fsynced segment per batch) and
-  counts them.
+  fake agent. The publisher answers once it has all N tasks; paho's network thread only
+  queues each answer, and ``--check-threads`` worker threads check it: frame header,
+  pydantic envelope, safetensors header, the weights as a view of the received bytes, a
+  one-pass finiteness check (the update Δθ is derived later, when a strategy reads it);
+  then the journal's writer thread writes the accepted updates in batches (one atomic,
+  fsynced segment per batch) and counts them.
 
 Both rates are timed from the publisher's first publish to the receiver's last message:
 the receipt stamp ``mosquitto_sub -F %U`` prints for it, or the moment our last update was
@@ -44,7 +46,8 @@ configuration; it shows the journal's share), ``shm`` puts the journal on /dev/s
 runs the raw receiver and then every variant, after one unmeasured warm-up of each, and
 every round gets a fresh coordinator connection. Prints the medians over ``--repeats``
 of updates/s and MB/s (10^6 bytes of MQTT payload), the ratio to raw, and the per-update
-time of our network-thread handler (``on_answer``) and of the journal writes (writer thread).
+time of the answer check (``on_answer``, summed over the worker threads) and of the journal
+writes (writer thread).
 On a shared machine the spread between runs is large: raise ``--repeats``. Numbers only,
 no pass/fail.
 
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
@@ -66,6 +70,7 @@ import sys
 import tempfile
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from ingest_publisher import expect, publisher_main
@@ -98,18 +103,35 @@ def file_system(path: Path) -> str:
     return kind
 
 
-def row(model: str, receiver: str, journal: str, n: int, runs: list[Run], raw: float) -> str:
-    """One table line from the runs of one cell; ``raw`` is the raw median updates/s."""
+def row(
+    model: str, receiver: str, journal: str, n: int, runs: list[Run], raw: float
+) -> dict[str, object]:
+    """One table row from the runs of one cell; ``raw`` is the raw median updates/s."""
     seconds = statistics.median(r.seconds for r in runs)
     rate = n / seconds
-    megabytes = n * runs[0].frame_bytes / seconds / 1e6
-    ratio = rate / raw if raw > 0 else float("nan")
-    handler = statistics.median(r.handler_seconds for r in runs) / n * 1e3
-    journal_ms = statistics.median(r.journal_seconds for r in runs) / n * 1e3
-    pub = statistics.median(r.publisher_seconds for r in runs)
+    return {
+        "model": model,
+        "receiver": receiver,
+        "journal": journal,
+        "updates": n,
+        "updates_per_s": rate,
+        "mb_per_s": n * runs[0].frame_bytes / seconds / 1e6,
+        "ratio_to_raw": rate / raw if raw > 0 else float("nan"),
+        "wall_s": seconds,
+        "publisher_s": statistics.median(r.publisher_seconds for r in runs),
+        "check_ms": statistics.median(r.handler_seconds for r in runs) / n * 1e3,
+        "journal_ms": statistics.median(r.journal_seconds for r in runs) / n * 1e3,
+    }
+
+
+def line(cells: dict[str, object]) -> str:
+    """``cells`` (a :func:`row`) as a line of the printed table."""
+    c: dict[str, Any] = cells
     return (
-        f"{model:<8}{receiver:<15}{journal:<8}{n:>6}{rate:>10.1f}{megabytes:>9.1f}"
-        f"{ratio:>7.2f}{seconds:>9.3f}{pub:>8.3f}{_ms(handler):>11}{_ms(journal_ms):>11}"
+        f"{c['model']:<8}{c['receiver']:<15}{c['journal']:<8}{c['updates']:>6}"
+        f"{c['updates_per_s']:>10.1f}{c['mb_per_s']:>9.1f}{c['ratio_to_raw']:>7.2f}"
+        f"{c['wall_s']:>9.3f}{c['publisher_s']:>8.3f}{_ms(c['check_ms']):>11}"
+        f"{_ms(c['journal_ms']):>11}"
     )
 
 
@@ -130,6 +152,10 @@ def main() -> None:
     parser.add_argument("--disk-dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     parser.add_argument("--compression", choices=["none", "zlib"], default="none")
+    parser.add_argument(
+        "--check-threads", type=int, default=2, help="threads checking answers (>= 1)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if shutil.which("mosquitto_sub") is None:
@@ -153,17 +179,20 @@ def main() -> None:
             expect(pipe, "ready")
             print(
                 f"{'model':<8}{'receiver':<15}{'journal':<8}{'n':>6}{'upd/s':>10}{'MB/s':>9}"
-                f"{'ratio':>7}{'wall_s':>9}{'pub_s':>8}{'handler_ms':>11}{'journal_ms':>11}",
+                f"{'ratio':>7}{'wall_s':>9}{'pub_s':>8}{'check_ms':>11}{'journal_ms':>11}",
                 flush=True,
             )
+            rows = []
             for model in args.models:
                 n = args.updates_paper if model == "paper" else args.updates_compact
-                measure_model(broker, pipe, model, n, encoding, args, roots)
+                rows += measure_model(broker, pipe, model, n, encoding, args, roots)
         finally:
             pipe.send(("stop",))
             publisher.join(timeout=30)
             if publisher.is_alive():
                 publisher.terminate()
+    if args.json is not None:
+        args.json.write_text(json.dumps({"benchmark": "ingest", "rows": rows}, indent=1))
 
 
 def measure_model(
@@ -174,8 +203,8 @@ def measure_model(
     encoding: TensorEncoding,
     args: argparse.Namespace,
     roots: dict[str, Path],
-) -> None:
-    """Print the raw row and one row per journal variant for ``model``.
+) -> list[dict[str, object]]:
+    """Print (and return) the raw row and one row per journal variant for ``model``.
 
     Receivers alternate within each repeat, so that a busy machine slows them alike. One
     unmeasured delivery to each kind of receiver runs first: a process's first rounds of
@@ -199,19 +228,24 @@ def measure_model(
             journals[kind] = TimedJournal(Path(journal_dir) / "journal", enabled=kind != "off")
         raw_run(work)
         paho_run(work)
-        fleet_round(work, TimedJournal(folder / "warm-up", enabled=False), 1)
+        warm_up = TimedJournal(folder / "warm-up", enabled=False)
+        fleet_round(work, warm_up, 1, check_threads=args.check_threads)
         runs: dict[str, list[Run]] = {"raw": [], "paho": [], **{kind: [] for kind in journals}}
         for repeat in range(args.repeats):
             runs["raw"].append(raw_run(work))
             runs["paho"].append(paho_run(work))
             for kind, journal in journals.items():
-                runs[kind].append(fleet_round(work, journal, server_round=repeat + 2))
+                runs[kind].append(
+                    fleet_round(work, journal, repeat + 2, check_threads=args.check_threads)
+                )
     raw = runs.pop("raw")
     raw_rate = n / statistics.median(r.seconds for r in raw)
-    print(row(model, "mosquitto_sub", "-", n, raw, raw_rate), flush=True)
-    print(row(model, "paho, no-op", "-", n, runs.pop("paho"), raw_rate), flush=True)
-    for kind, measured in runs.items():
-        print(row(model, "MqttFleet.fit", kind, n, measured, raw_rate), flush=True)
+    rows = [row(model, "mosquitto_sub", "-", n, raw, raw_rate)]
+    rows.append(row(model, "paho, no-op", "-", n, runs.pop("paho"), raw_rate))
+    rows += [row(model, "MqttFleet.fit", kind, n, got, raw_rate) for kind, got in runs.items()]
+    for cells in rows:
+        print(line(cells), flush=True)
+    return rows
 
 
 if __name__ == "__main__":

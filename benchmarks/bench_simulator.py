@@ -10,9 +10,11 @@ For each sampling rate and a spread of conditions, simulates ``--seconds`` of si
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 # One core: keep numpy/scipy's BLAS and FFT threads from using the others.
 for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -32,7 +34,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
+    rows = []
     machine = MachineProfile.sample(np.random.default_rng(0))
     print(f"median of {args.repeats} runs of {args.seconds:g} s of signal, one thread")
     print(f"{'fs_hz':>8} {'label':>6} {'condition':<24} {'wall_ms':>9} {'x_realtime':>11}")
@@ -52,6 +56,17 @@ def main() -> None:
                 f"{fs_hz:>8.0f} {label:>6} {condition.name:<24} {wall * 1e3:>9.1f} "
                 f"{args.seconds / wall:>10.0f}x"
             )
+            rows.append(
+                {
+                    "fs_hz": fs_hz,
+                    "label": label,
+                    "signal_s": args.seconds,
+                    "wall_s": wall,
+                    "x_realtime": args.seconds / wall,
+                }
+            )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"benchmark": "simulator", "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

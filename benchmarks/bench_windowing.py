@@ -12,6 +12,7 @@ This is a benchmark, not a test: it prints numbers and never fails on a time.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         description="Throughput of sliding_windows vs sliding_window_view."
     )
     parser.add_argument("--repeats", type=int, default=7, help="timings per measurement")
+    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
+    rows = []
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
 
@@ -100,6 +103,18 @@ def main(argv: list[str] | None = None) -> None:
                     f"{n_windows / t_base:>11.3g} {megabytes / t_base:>10.0f} "
                     f"{t_base / t_ours:>6.2f}"
                 )
+                rows.append(
+                    {
+                        "signal_s": duration_s,
+                        "window_length": window_length,
+                        "stride": stride,
+                        "ours_windows_per_s": n_windows / t_ours,
+                        "baseline_windows_per_s": n_windows / t_base,
+                        "ratio": t_base / t_ours,
+                    }
+                )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"benchmark": "windowing", "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

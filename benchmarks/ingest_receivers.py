@@ -44,7 +44,7 @@ class Run:
     """First publish to the publisher's last PUBACK, seconds."""
     frame_bytes: int
     handler_seconds: float = float("nan")
-    """Time spent in ``on_answer`` over all updates, seconds."""
+    """Time spent in ``on_answer`` over all updates (all checking threads), seconds."""
     journal_seconds: float = float("nan")
     """Time spent in ``RoundJournal.record`` over all updates, seconds."""
 
@@ -65,18 +65,19 @@ class TimedJournal(RoundJournal):
 
 
 class TimedAnswers(AnswerCollector):
-    """The fleet's real answer collector, adding up the time its network-thread handler
-    takes."""
+    """The fleet's real answer collector, adding up the time its answer checks take."""
 
     handler_seconds = 0.0
     last_answer_at = 0.0
     """Unix time the last update was accepted (journaled and counted)."""
+    _timing = threading.Lock()
 
     def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
         started = time.perf_counter()
         super().on_answer(topic, payload, journal=journal)
-        self.handler_seconds += time.perf_counter() - started
-        self.last_answer_at = max(self.last_answer_at, time.time())
+        with self._timing:  # several checking threads add up
+            self.handler_seconds += time.perf_counter() - started
+            self.last_answer_at = max(self.last_answer_at, time.time())
 
     def _settle(self, writes: Sequence[Any]) -> None:
         super()._settle(writes)
@@ -160,8 +161,11 @@ def paho_run(work: Workload) -> Run:
     return Run(last - started, acked - started, frame_bytes)
 
 
-def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run:
-    """One round of ``MqttFleet.fit`` over the agents, on a fresh coordinator connection."""
+def fleet_round(
+    work: Workload, journal: TimedJournal, server_round: int, *, check_threads: int = 2
+) -> Run:
+    """One round of ``MqttFleet.fit`` over the agents, on a fresh coordinator connection;
+    ``check_threads`` threads check the answers."""
     settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
     connection = MqttConnection(client_id="bench-ingest-coordinator", settings=settings)
     registry = AgentRegistry()
@@ -193,6 +197,7 @@ def fleet_round(work: Workload, journal: TimedJournal, server_round: int) -> Run
         journal=journal,
         metrics=fleet.answers.metrics,
         max_payload_bytes=settings.max_payload_bytes,
+        check_threads=check_threads,
     )
     fleet.answers = timed  # the same collector, with a clock on its handler
     fleet.start()

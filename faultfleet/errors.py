@@ -29,6 +29,8 @@
     │   │                          (faultfleet_apps.imagebench.errors)
     │   └── CellUsageError         a benchmark cell failed on a user error; also CellError
     ├── WireError              a message that cannot be accepted; also ValueError (wire.codec)
+    ├── TensorFormatError      a safetensors body that cannot be read; also ValueError
+    │                          (wire.tensor_view)
     ├── PublishError           a message could not be queued; also RuntimeError (wire.dispatch)
     ├── SignatureError         a signed message that does not verify; also ValueError
     │                          (wire.signing)

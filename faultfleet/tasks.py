@@ -204,19 +204,98 @@ class FitTask:
     """Terms added to the local objective (see the module docstring)."""
 
 
-@dataclass(frozen=True)
 class FitResult:
-    """A client's answer to a fit task: the local update of FLACC Algorithm 1, lines 7–8."""
+    """A client's answer to a fit task: the local update of FLACC Algorithm 1, lines 7–8.
+
+    Immutable. The weight update Δθ_i = θ_i − θ is either given (``delta``) or, with
+    ``delta=None``, derived from the model the client started from (``base``) each time it
+    is read and never kept: a coordinator holding thousands of updates keeps one
+    update-sized array per update, not two. Both give the same values (a float32
+    subtraction).
+
+    Parameters
+    ----------
+    client_id, model_key : str
+    weights : array of shape (n_params,), float32
+        θ_i after local training; may be a read-only view of the received message.
+    delta : array of shape (n_params,), float32, or None
+        Δθ_i; None to derive it from ``base``.
+    num_samples : int
+    train_loss : float
+        Mean cross-entropy over the samples of the last local epoch.
+    base : array of shape (n_params,), float32, optional
+        θ, the weights the client was sent; required when ``delta`` is None.
+    """
+
+    __slots__ = ("_delta", "base", "client_id", "model_key", "num_samples", "train_loss", "weights")
 
     client_id: str
     model_key: str
     weights: FloatArray
-    """θ_i after local training, shape (n_params,)."""
-    delta: FloatArray
-    """Weight update Δθ_i = θ_i − θ, shape (n_params,)."""
     num_samples: int
     train_loss: float
-    """Mean cross-entropy over the samples of the last local epoch."""
+    base: FloatArray | None
+    _delta: FloatArray | None
+
+    def __init__(
+        self,
+        client_id: str,
+        model_key: str,
+        weights: FloatArray,
+        delta: FloatArray | None,
+        num_samples: int,
+        train_loss: float,
+        *,
+        base: FloatArray | None = None,
+    ) -> None:
+        if delta is None and base is None:
+            raise ValueError(f"fit result of {client_id!r} needs its delta or its base weights")
+        for name, value in (
+            ("client_id", client_id),
+            ("model_key", model_key),
+            ("weights", weights),
+            ("_delta", delta),
+            ("num_samples", num_samples),
+            ("train_loss", train_loss),
+            ("base", base),
+        ):
+            object.__setattr__(self, name, value)
+
+    @property
+    def delta(self) -> FloatArray:
+        """Weight update Δθ_i = θ_i − θ, shape (n_params,); derived anew from ``base`` on
+        every read when it was not given."""
+        if self._delta is not None:
+            return self._delta
+        assert self.base is not None  # checked in __init__
+        return self.weights - self.base
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"FitResult is immutable: cannot set {name!r}")
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        fields = (self.client_id, self.model_key, self.weights, self._delta, self.num_samples)
+        return _fit_result, (*fields, self.train_loss, self.base)
+
+    def __repr__(self) -> str:
+        return (
+            f"FitResult(client_id={self.client_id!r}, model_key={self.model_key!r}, "
+            f"n_params={self.weights.shape[0] if self.weights.ndim else 0}, "
+            f"num_samples={self.num_samples}, train_loss={self.train_loss!r})"
+        )
+
+
+def _fit_result(
+    client_id: str,
+    model_key: str,
+    weights: FloatArray,
+    delta: FloatArray | None,
+    num_samples: int,
+    train_loss: float,
+    base: FloatArray | None,
+) -> FitResult:
+    """Unpickling: a :class:`FitResult` from its fields, ``base`` included."""
+    return FitResult(client_id, model_key, weights, delta, num_samples, train_loss, base=base)
 
 
 @dataclass(frozen=True)

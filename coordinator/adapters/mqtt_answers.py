@@ -3,14 +3,21 @@
 :class:`AnswerCollector` publishes a round's task frames and waits until every task is
 answered or failed, or the round deadline passes;
 :class:`~coordinator.adapters.mqtt_fleet.MqttFleet` holds one and sends every kind of task
-through it. Answers are validated (:mod:`faultfleet.wire.codec`) in the network thread: a
+through it. Answers are validated (:mod:`faultfleet.wire.codec`) off the network thread: a
 malformed, oversized, wrong-shape or non-finite update is rejected and counted by reason, a
 second answer for the same task is ignored (QoS 1 may deliver twice), and an answer after
 its round closed is counted late. An update that claims more training samples than its
 agent declared when it came online is refused (``too_many_samples``) and fails its task at
 once: the sample count is the update's weight in the average. Every accepted update goes to the
-:class:`~coordinator.adapters.journal.RoundJournal` (in batches, in a writer thread) before it
-counts, so a restarted coordinator loses none; probes and evaluations are not journaled.
+:class:`~coordinator.adapters.journal.RoundJournal` (in batches, in a writer thread,
+:mod:`coordinator.adapters.journal_writer`) before it counts, so a restarted coordinator
+loses none; probes and evaluations are not journaled.
+
+The network thread only queues each answer: a few worker threads
+(:mod:`coordinator.adapters.answer_workers`, one per agent's messages so each agent's stay
+in order) check and decode it, so the network thread keeps reading at the broker's pace.
+An accepted update holds no copy of its weights: they are a view of the received message
+(which the journal writes as it is), and the update Δθ is derived when a strategy reads it.
 
 An agent that goes offline mid-round (its last will) fails its open tasks at once; one that
 just never answers fails at the deadline. One whose ``online`` status arrives mid-round gets
@@ -20,24 +27,33 @@ reconnecting coordinator receives every retained status anew. The agent answers 
 task once (:mod:`edge_agent.task_worker`); a second answer is ignored as a duplicate.
 
 Building a collector starts nothing: :meth:`AnswerCollector.start` routes the answers topic
-to it and starts its journal writer thread, :meth:`AnswerCollector.close` stops that thread
-(its owner, the fleet, calls both).
+to it and starts its worker threads and journal writer thread, :meth:`AnswerCollector.close`
+stops them (its owner, the fleet, calls both).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+from coordinator.adapters.answer_workers import AnswerWorkers
 from coordinator.adapters.journal import RoundJournal
+from coordinator.adapters.journal_writer import JournalWriter, write_entry
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_probes import answer_result
-from coordinator.adapters.round_tasks import Collection, Pending, RoundAbortedError, Write
+from coordinator.adapters.round_tasks import (
+    ClosedTasks,
+    Collection,
+    Pending,
+    RoundAbortedError,
+    Write,
+    excess_samples,
+)
 from coordinator.adapters.task_frames import Frame
+from coordinator.adapters.task_resend import send_again
+from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.wire.codec import (
@@ -45,16 +61,13 @@ from faultfleet.wire.codec import (
     WireError,
     encode_frame,
     parse_envelope,
-    split_frame,
+    split_frame_view,
 )
 from faultfleet.wire.messages import ANSWER_ADAPTER, AnyTaskMessage, TaskFailedMessage
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
 
 logger = logging.getLogger(__name__)
-
-_CLOSED_MEMORY = 4096
-"""How many answered or expired task ids are remembered to tell late from unknown answers."""
 
 
 class AnswerCollector:
@@ -64,7 +77,7 @@ class AnswerCollector:
     ----------
     connection : MqttConnection
         Connected (or connecting) to the broker; the collector routes
-        ``agents/+/results`` to :meth:`on_answer`.
+        ``agents/+/results`` to its workers, which call :meth:`on_answer`.
     topics : Topics
     run_id : str
         Answers of another run are rejected as unknown tasks.
@@ -84,6 +97,8 @@ class AnswerCollector:
     declared_samples : callable, optional
         ``declared_samples(agent_id)``: the training windows the agent declared; an update
         may claim no more. None: no bound.
+    check_threads : int
+        Threads that check and decode answers off the network thread (>= 1).
 
     Nothing runs until :meth:`start`.
     """
@@ -102,6 +117,7 @@ class AnswerCollector:
         round_clock: Clock = SYSTEM_CLOCK,
         clock: Callable[[], float] = time.time,
         declared_samples: Callable[[str], int] | None = None,
+        check_threads: int = 2,
     ) -> None:
         self.connection = connection
         self.declared_samples = declared_samples
@@ -119,37 +135,36 @@ class AnswerCollector:
         self._collection = Collection()
         self._sent: dict[str, tuple[AnyTaskMessage, bytes]] = {}
         """Header and body of every task of the round in flight that was published."""
-        self._closed: deque[str] = deque(maxlen=_CLOSED_MEMORY)
-        self._closed_set: set[str] = set()
+        self._closed = ClosedTasks()
         self._aborted = False
-        self._writes: queue.Queue[Write | None] = queue.Queue()
-        self._writer: threading.Thread | None = None
+        self._writer = JournalWriter(
+            journal, written=self._settle, failed=self._unwritten, entry=write_entry
+        )
+        self.stream: UpdateStream | None = None
+        """Where updates go instead of their tasks' results (set per round by the fleet)."""
+        self._workers = AnswerWorkers(check_threads, name="answer-check")
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take answers: route ``agents/+/results`` here and start the journal writer thread.
+        """Take answers: route ``agents/+/results`` here, start the worker threads that check
+        them and the journal writer thread.
 
         Raises
         ------
         RuntimeError
             Started already.
         """
-        if self._writer is not None:
-            raise RuntimeError("the answer collector is started already")
-        self._writer = threading.Thread(
-            target=self._write_journal, name="round-journal", daemon=True
-        )
         self._writer.start()
-        self.connection.route(self.topics.all_results(), self.on_answer)
+        self._workers.start()
+        self.connection.route(self.topics.all_results(), self._receive)
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the journal writer thread once it has written what it holds (waits at most
-        ``timeout_s`` seconds); answers arriving later are no longer journaled."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            self._writes.put(None)
-            writer.join(timeout_s)
+        """Stop the worker threads once they have checked what they hold, then the journal
+        writer once it has written what it holds (each waits at most ``timeout_s``
+        seconds); answers arriving later are no longer journaled."""
+        self._workers.close(timeout_s)
+        self._writer.close(timeout_s)
 
     # -- a round's tasks -------------------------------------------------------------------
 
@@ -171,7 +186,7 @@ class AnswerCollector:
         RoundAbortedError
             :meth:`abort` was called.
         """
-        if self._writer is None:
+        if not self._writer.running:
             raise RuntimeError("the answer collector is not started; call start() first")
         deadline = self.round_clock.monotonic() + self.deadline_s
         with self._lock:
@@ -209,7 +224,7 @@ class AnswerCollector:
                     pending.failure = Failure(
                         pending.agent_id, f"no answer within the {self.deadline_s:g} s deadline"
                     )
-                self._remember_closed(pending.task_id)
+                self._closed.add(pending.task_id)
             self._collection = Collection()
             self._sent = {}
         return collection, bytes_down
@@ -228,13 +243,17 @@ class AnswerCollector:
             self._aborted = True
             self._answered.notify_all()
 
-    def resend(self, agent_id: str) -> int:
+    def resend(self, agent_id: str) -> None:
         """Publish again the tasks of ``agent_id`` in the round in flight still unanswered.
 
         Called when the agent's ``online`` status arrives (network thread): after a broker
         restart the tasks, or their answers, may be lost. Each goes out unchanged but for
-        its ``issued_at``, so its task id is the same. Returns the number sent.
+        its ``issued_at``, so its task id is the same. It runs on the agent's worker
+        thread, after the answers that arrived before the status.
         """
+        self._workers.call(agent_id, lambda: self._resend(agent_id))
+
+    def _resend(self, agent_id: str) -> None:
         with self._lock:
             frames = [
                 self._sent[p.task_id]
@@ -243,28 +262,17 @@ class AnswerCollector:
                 and not (p.done or p.journaling)
                 and p.task_id in self._sent
             ]
-        sent = sent_bytes = 0
-        for header, body in frames:
-            again = encode_frame(header.model_copy(update={"issued_at": self.clock()}), body)
-            try:
-                sent_bytes += self.connection.publish(self.topics.tasks(agent_id), again)
-            except (ValueError, RuntimeError) as error:  # the first copy may still arrive
-                logger.warning("could not send task %s again: %s", header.task_id, error)
-                continue
-            sent += 1
-        if sent:
-            self.metrics.tasks_resent.inc(sent)
-            self.metrics.payload_sent_bytes.inc(sent_bytes)
-            logger.info(
-                "round %d: %s is online; sent its %d unanswered task(s) again",
-                frames[0][0].server_round,
-                agent_id,
-                sent,
-            )
-        return sent
+        send_again(self.connection, self.topics.tasks(agent_id), frames, self.clock, self.metrics)
 
     def agent_offline(self, agent_id: str) -> None:
-        """Fail the open tasks of an agent that went offline, so the round need not wait."""
+        """Fail the open tasks of an agent that went offline, so the round need not wait.
+
+        Runs on the agent's worker thread, after the answers that arrived before its last
+        will: an update sent just before the agent vanished still counts.
+        """
+        self._workers.call(agent_id, lambda: self._fail_agent(agent_id))
+
+    def _fail_agent(self, agent_id: str) -> None:
         with self._answered:
             for pending in self._collection.pending.values():
                 if pending.agent_id == agent_id and not pending.done and not pending.journaling:
@@ -278,14 +286,14 @@ class AnswerCollector:
                 pending.failure = Failure(pending.agent_id, reason)
             self._answered.notify_all()
 
-    def _remember_closed(self, tid: str) -> None:
-        if len(self._closed) == self._closed.maxlen:
-            self._closed_set.discard(self._closed[0])
-        self._closed.append(tid)
-        self._closed_set.add(tid)
+    def _receive(self, topic: str, payload: bytes) -> None:
+        """Network thread: queue a message on ``agents/+/results`` for the worker of its
+        agent (waits while that worker's queue is full)."""
+        agent = self.topics.agent_of(topic) or topic
+        self._workers.call(agent, lambda: self.on_answer(topic, payload))
 
     def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
-        """Handle one message on ``agents/+/results`` (called in the network thread).
+        """Check one message on ``agents/+/results`` and take its answer (worker thread).
 
         ``journal=False`` replays an update already in the journal (after a restart): it is
         neither written again nor counted as traffic.
@@ -304,7 +312,7 @@ class AnswerCollector:
             log("rejected message on %s (%s): %s", topic, error.reason, error)
 
     def _accept(self, topic: str, payload: bytes, *, journal: bool) -> None:
-        header, body = split_frame(payload, max_bytes=self.max_payload_bytes)
+        header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
         answer = parse_envelope(ANSWER_ADAPTER, header)
         if self.topics.agent_of(topic) != answer.agent_id:
             raise WireError(
@@ -318,8 +326,12 @@ class AnswerCollector:
         result = answer_result(
             pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
         )
-        if journal and isinstance(result, FitResult):
-            self._check_samples(pending, result)
+        if journal and isinstance(result, FitResult) and self.declared_samples is not None:
+            # Updates replayed from the journal were checked when they arrived.
+            problem = excess_samples(result, self.declared_samples(result.client_id))
+            if problem is not None:
+                self._fail(pending.task_id, problem.agent_reason)
+                raise problem.error(pending.task_id)
         with self._answered:
             if self._collection.pending.get(pending.task_id) is not pending:
                 raise WireError(
@@ -330,64 +342,36 @@ class AnswerCollector:
             if journal and isinstance(result, FitResult):
                 pending.journaling = True
         if pending.journaling:
-            self._writes.put(Write(pending, result, payload))
+            self._writer.put(Write(pending, result, payload))
         else:
             self._settle([Write(pending, result, payload)])
 
-    def _check_samples(self, pending: Pending, result: FitResult) -> None:
-        """Refuse (and fail the task of) an update claiming more samples than declared.
-
-        Updates replayed from the journal were checked when they arrived.
-        """
-        if self.declared_samples is None:
-            return
-        declared = self.declared_samples(result.client_id)
-        if result.num_samples > declared:
-            self._fail(
-                pending.task_id,
-                f"its update claimed {result.num_samples} training samples; it declared {declared}",
-            )
-            raise WireError(
-                RejectReason.TOO_MANY_SAMPLES,
-                f"update of {result.client_id} for task {pending.task_id} claims "
-                f"{result.num_samples} training samples; the agent declared {declared} when "
-                "it came online",
-            )
-
-    def _write_journal(self) -> None:
-        """Writer thread: journal accepted updates in batches, then count them; ends at the
-        ``None`` that :meth:`close` queues, after the updates queued before it."""
-        stopping = False
-        while not stopping:
-            queued = [self._writes.get()]
-            while True:
-                try:
-                    queued.append(self._writes.get_nowait())
-                except queue.Empty:
-                    break
-            stopping = any(w is None for w in queued)
-            batch = [w for w in queued if w is not None]
-            if not batch:
-                continue
-            entries = [(w.pending.agent_id, w.pending.task_id, w.payload) for w in batch]
-            try:
-                self.journal.record_many(entries)
-            except Exception:
-                logger.exception("could not write %d update(s) to the round journal", len(batch))
-                with self._answered:
-                    for write in batch:
-                        write.pending.journaling = False
-                        write.pending.failure = Failure(
-                            write.pending.agent_id, "its update could not be journaled"
-                        )
-                    self._answered.notify_all()
-                continue
-            self._settle(batch)
-
-    def _settle(self, writes: Sequence[Write]) -> None:
+    def _unwritten(self, writes: Sequence[Write]) -> None:
+        """Writer thread: fail the tasks of updates the journal could not write."""
         with self._answered:
             for write in writes:
-                write.pending.result = write.result
+                write.pending.journaling = False
+                write.pending.failure = Failure(
+                    write.pending.agent_id, "its update could not be journaled"
+                )
+            self._answered.notify_all()
+
+    def _settle(self, writes: Sequence[Write]) -> None:
+        """Count journaled (or replayed) answers; with a stream, fold updates into it
+        instead of keeping them, so their weights (and messages) are freed at once."""
+        stream = self.stream
+        for write in writes:
+            if stream is not None and isinstance(write.result, FitResult):
+                try:
+                    stream.add(write.result)
+                except ValueError as error:
+                    self._fail(write.pending.task_id, f"its update could not be folded: {error}")
+                    continue
+                write.pending.streamed = True
+        with self._answered:
+            for write in writes:
+                if not write.pending.streamed and write.pending.failure is None:
+                    write.pending.result = write.result
                 write.pending.bytes_up = len(write.payload)
             self._answered.notify_all()
         fits = sum(isinstance(w.result, FitResult) for w in writes)
@@ -401,7 +385,7 @@ class AnswerCollector:
                 if pending.done or pending.journaling:
                     raise WireError(RejectReason.DUPLICATE, f"task {tid} already answered")
                 return pending
-            if tid in self._closed_set:
+            if tid in self._closed:
                 raise WireError(
                     RejectReason.LATE, f"task {tid} of {agent_id} closed before it arrived"
                 )

@@ -6,7 +6,9 @@ answers until every task is answered or the round deadline passes, through the
 :class:`~coordinator.adapters.mqtt_answers.AnswerCollector` it holds (which validates,
 journals and counts them). :meth:`MqttFleet.start` starts taking answers (the collector's
 journal writer thread), :meth:`MqttFleet.close` stops; the fleet is also a context manager.
-Probes (losses and gradient tasks, :mod:`coordinator.adapters.mqtt_probes`) and evaluations
+A streaming strategy's updates (:meth:`MqttFleet.fit_streaming`) are folded into its stream
+as soon as they are journaled, and their messages freed. Probes (losses and gradient tasks,
+:mod:`coordinator.adapters.mqtt_probes`) and evaluations
 are collected the same way but not journaled. Updates the journal holds for a round
 interrupted by a restart are replayed from there, not asked for again.
 
@@ -28,6 +30,7 @@ from coordinator.adapters.mqtt_probes import gradient_outcome, losses_outcome
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.round_tasks import Pending, QuorumError
 from coordinator.adapters.task_frames import Frame, TaskFrames
+from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.tasks import (
     EvaluateOutcome,
@@ -158,10 +161,10 @@ class MqttFleet:
         """Fail the open tasks of an agent that went offline, so the round need not wait."""
         self.answers.agent_offline(agent_id)
 
-    def resend(self, agent_id: str) -> int:
+    def resend(self, agent_id: str) -> None:
         """Publish again the unanswered tasks of an agent whose ``online`` status arrived
-        (:meth:`AnswerCollector.resend`); the number sent."""
-        return self.answers.resend(agent_id)
+        (:meth:`AnswerCollector.resend`)."""
+        self.answers.resend(agent_id)
 
     def waiting_for(self) -> list[str]:
         """Agents with a task of the round in flight still unanswered; empty between rounds."""
@@ -239,6 +242,26 @@ class MqttFleet:
         self._check_quorum(server_round, "updates", tasks, results)
         return FitOutcome(results, failures, bytes_down=bytes_down, bytes_up=bytes_up)
 
+    def fit_streaming(
+        self, server_round: int, tasks: Sequence[FitTask], stream: UpdateStream
+    ) -> FitOutcome:
+        """As :meth:`fit`, each update folded into ``stream`` once journaled (or replayed),
+        and not kept: the outcome's results are empty."""
+        frames = self.frames.fit(server_round, tasks)
+        with self._dispatching:
+            self.answers.stream = stream
+            try:
+                collection, bytes_down = self.answers.dispatch(
+                    frames, replay=self.journal.accepted()
+                )
+            finally:
+                self.answers.stream = None
+        failures = tuple(p.failure for p in collection if p.failure is not None)
+        bytes_up = sum(p.bytes_up for p in collection)
+        answered = {u.client_id for u in stream.updates()}
+        self._check_quorum_of(server_round, "updates", tasks, answered)
+        return FitOutcome((), failures, bytes_down=bytes_down, bytes_up=bytes_up)
+
     def evaluate(self, server_round: int, tasks: Sequence[EvaluateTask]) -> EvaluateOutcome:
         collection, _ = self._dispatch(self.frames.evaluate(server_round, tasks), replay={})
         results = tuple(p.result for p in collection if isinstance(p.result, EvaluateResult))
@@ -272,8 +295,16 @@ class MqttFleet:
         strategy that trains only the agents its probe heard from must not slip under the
         quorum because the probe went unanswered.
         """
+        self._check_quorum_of(server_round, what, tasks, {r.client_id for r in results})
+
+    def _check_quorum_of(
+        self,
+        server_round: int,
+        what: str,
+        tasks: Sequence[FitTask | LossesTask | GradientTask],
+        answered: set[str],
+    ) -> None:
         asked = {t.client_id for t in tasks}
-        answered = {r.client_id for r in results}
         quorum = min(self.min_quorum, len(asked))
         if len(answered) < quorum:
             raise QuorumError(

@@ -33,7 +33,12 @@ ResultMessage = FitUpdateMessage | EvaluationMessage | LossesMessage | GradientM
 
 
 def answer_result(
-    pending: Pending, answer: ResultMessage, body: bytes, *, n_params: int, max_bytes: int
+    pending: Pending,
+    answer: ResultMessage,
+    body: bytes | memoryview,
+    *,
+    n_params: int,
+    max_bytes: int,
 ) -> Result:
     """The in-process result ``answer`` carries for ``pending``, checked against the task.
 
@@ -53,7 +58,7 @@ def answer_result(
 
 
 def losses_result(
-    pending: Pending, answer: LossesMessage, body: bytes, *, max_bytes: int
+    pending: Pending, answer: LossesMessage, body: bytes | memoryview, *, max_bytes: int
 ) -> LossesResult:
     """The losses ``answer`` carries for the losses task ``pending``.
 
@@ -76,7 +81,12 @@ def losses_result(
 
 
 def gradient_result(
-    pending: Pending, answer: GradientMessage, body: bytes, *, n_params: int, max_bytes: int
+    pending: Pending,
+    answer: GradientMessage,
+    body: bytes | memoryview,
+    *,
+    n_params: int,
+    max_bytes: int,
 ) -> GradientResult:
     """The losses and gradients ``answer`` carries for the gradient task ``pending``.
 

@@ -9,6 +9,7 @@ coordinator recognise the updates its journal holds.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -44,10 +45,12 @@ class Pending:
     bytes_up: int = 0
     journaling: bool = False
     """Accepted and being written to the journal; it counts once the write is done."""
+    streamed: bool = False
+    """Folded into the round's stream: answered, its result not kept."""
 
     @property
     def done(self) -> bool:
-        return self.result is not None or self.failure is not None
+        return self.result is not None or self.failure is not None or self.streamed
 
     @property
     def kind(self) -> str:
@@ -71,6 +74,24 @@ class Collection:
 
     def writing(self) -> bool:
         return any(p.journaling and not p.done for p in self.pending.values())
+
+
+class ClosedTasks:
+    """The last ``size`` task ids answered or expired, to tell late answers from unknown ones."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._order: deque[str] = deque(maxlen=size)
+        self._ids: set[str] = set()
+
+    def add(self, tid: str) -> None:
+        """Remember ``tid``, forgetting the oldest one when full."""
+        if len(self._order) == self._order.maxlen:
+            self._ids.discard(self._order[0])
+        self._order.append(tid)
+        self._ids.add(tid)
+
+    def __contains__(self, tid: object) -> bool:
+        return tid in self._ids
 
 
 def task_id(
@@ -99,9 +120,20 @@ def task_id(
 
 
 def fit_result(
-    pending: Pending, answer: FitUpdateMessage, body: bytes, *, n_params: int, max_bytes: int
+    pending: Pending,
+    answer: FitUpdateMessage,
+    body: bytes | memoryview,
+    *,
+    n_params: int,
+    max_bytes: int,
 ) -> FitResult:
     """The update ``answer`` carries for ``pending``, its weights decoded and checked.
+
+    A float32 body that needs no conversion is not copied: the weights are a read-only view
+    of ``body`` (:func:`~faultfleet.wire.codec.decode_tensors` with ``copy=False``), and
+    the update Δθ is derived from the task's model when a strategy reads it
+    (:class:`~faultfleet.tasks.FitResult`), so accepting an update allocates nothing of
+    its size.
 
     Raises
     ------
@@ -113,17 +145,49 @@ def fit_result(
             RejectReason.UNKNOWN_TASK,
             f"update for model {answer.model_key!r}, the task offered {sorted(pending.models)}",
         )
-    weights = decode_tensors(body, answer.encoding, {"weights": n_params}, max_bytes=max_bytes)[
-        "weights"
-    ]
+    weights = decode_tensors(
+        body, answer.encoding, {"weights": n_params}, max_bytes=max_bytes, copy=False
+    )["weights"]
     return FitResult(
-        client_id=answer.agent_id,
-        model_key=answer.model_key,
-        weights=weights,
-        delta=weights - pending.models[answer.model_key],
-        num_samples=answer.num_samples,
-        train_loss=answer.train_loss,
+        answer.agent_id,
+        answer.model_key,
+        weights,
+        None,
+        answer.num_samples,
+        answer.train_loss,
+        base=pending.models[answer.model_key],
     )
+
+
+@dataclass(frozen=True)
+class ExcessSamples:
+    """An update claiming more training samples than its agent declared when it came online."""
+
+    result: FitResult
+    declared: int
+
+    @property
+    def agent_reason(self) -> str:
+        """Why its task failed."""
+        return (
+            f"its update claimed {self.result.num_samples} training samples; it declared "
+            f"{self.declared}"
+        )
+
+    def error(self, tid: str) -> WireError:
+        """The rejection (TOO_MANY_SAMPLES) of the update answering task ``tid``."""
+        return WireError(
+            RejectReason.TOO_MANY_SAMPLES,
+            f"update of {self.result.client_id} for task {tid} claims "
+            f"{self.result.num_samples} training samples; the agent declared {self.declared} "
+            "when it came online",
+        )
+
+
+def excess_samples(result: FitResult, declared: int) -> ExcessSamples | None:
+    """The refusal of ``result`` if it claims more than ``declared`` samples, else None: the
+    sample count is the update's weight in the average."""
+    return ExcessSamples(result, declared) if result.num_samples > declared else None
 
 
 def evaluation_result(pending: Pending, answer: EvaluationMessage) -> EvaluateResult:

@@ -7,6 +7,10 @@ MQTT transport implements it by publishing tasks and collecting answers
 until a deadline. Clients that do not answer come back as :class:`~faultfleet.tasks.Failure`
 entries, never as exceptions.
 
+A strategy that streams (:class:`~coordinator.strategies.streaming.StreamingStrategy`)
+folds each update into running sums; a :class:`StreamingFleet` folds them as they arrive,
+any other fleet's results are folded by the engine.
+
 Strategies that place clients by probing them — per-sample losses of several models
 (FAACL), or the loss and gradient of every cluster model on one mini-batch (joint gradient
 and loss clustering) — need a :class:`ProbingFleet`, which adds those two task kinds.
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import (
     EvaluateOutcome,
     EvaluateTask,
@@ -67,4 +72,18 @@ class ProbingFleet(Fleet, Protocol):
     def gradients(self, server_round: int, tasks: Sequence[GradientTask]) -> GradientOutcome:
         """Mean loss and gradient of every task's models on one shared mini-batch of the
         client's training data; one result or failure per task."""
+        ...
+
+
+@runtime_checkable
+class StreamingFleet(Fleet, Protocol):
+    """A :class:`Fleet` that folds each update into a stream as it arrives and keeps none
+    (:class:`~coordinator.adapters.mqtt_fleet.MqttFleet` does)."""
+
+    def fit_streaming(
+        self, server_round: int, tasks: Sequence[FitTask], stream: UpdateStream
+    ) -> FitOutcome:
+        """As :meth:`Fleet.fit`, every accepted update folded into ``stream`` instead of
+        returned: the outcome's results are empty; the round's quorum applies to the
+        updates folded."""
         ...

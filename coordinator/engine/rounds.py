@@ -9,7 +9,11 @@ are clustered (the :class:`~coordinator.strategies.base.Strategy` decides). Per 
    each trains (``configure_round``),
 2. fills in the weights, the training configuration and a per-client seed derived from the
    run seed, and hands the tasks to the fleet,
-3. passes results and failures to the strategy (``aggregate_round``).
+3. passes results and failures to the strategy (``aggregate_round``) — or, for a strategy
+   that streams (:class:`~coordinator.strategies.streaming.StreamingStrategy`), has each
+   update folded into the strategy's stream as it arrives (a
+   :class:`~coordinator.engine.fleet.StreamingFleet`) or folds the fleet's results itself,
+   and hands over the stream (``aggregate_stream``).
 
 Its whole state — round number, sampling generator, strategy state — is captured by
 :meth:`RoundEngine.state` and restored by :meth:`RoundEngine.restore`; a run resumed from
@@ -25,9 +29,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from coordinator.engine.fleet import Fleet, ProbingFleet
+from coordinator.engine.fleet import Fleet, ProbingFleet, StreamingFleet
 from coordinator.engine.state import EngineState
 from coordinator.strategies.base import Strategy, StrategyState
+from coordinator.strategies.streaming import StreamingStrategy, UpdateStream, fold_all
 from faultfleet.errors import UsageError
 from faultfleet.scoring import mean_client_accuracy
 from faultfleet.tasks import (
@@ -35,6 +40,7 @@ from faultfleet.tasks import (
     EvaluateTask,
     Failure,
     FitInstruction,
+    FitOutcome,
     FitTask,
     GradientInstruction,
     GradientOutcome,
@@ -165,26 +171,53 @@ class RoundEngine:
         probe_steps, probe_down, probe_up, probe_failures = self._probe(server_round)
         instructions = self.strategy.configure_round(server_round, self.fleet.available(), self.rng)
         tasks = self._fit_tasks(server_round, instructions)
-        outcome = self.fleet.fit(server_round, tasks) if tasks else None
+        stream = self._open_stream(server_round)
+        outcome = self._fit(server_round, tasks, stream) if tasks else None
         results = outcome.results if outcome else ()
         failures = outcome.failures if outcome else ()
-        self.strategy.aggregate_round(server_round, results, failures)
+        if stream is None:
+            self.strategy.aggregate_round(server_round, results, failures)
+            answers = [(r.client_id, r.num_samples, r.train_loss) for r in results]
+        else:
+            assert isinstance(self.strategy, StreamingStrategy)
+            self.strategy.aggregate_stream(server_round, stream, failures)
+            answers = [(u.client_id, u.num_samples, u.train_loss) for u in stream.updates()]
         self.server_round = server_round
-        counts = np.array([r.num_samples for r in results], dtype=np.float64)
-        losses = np.array([r.train_loss for r in results], dtype=np.float64)
+        counts = np.array([n for _, n, _ in answers], dtype=np.float64)
+        losses = np.array([loss for _, _, loss in answers], dtype=np.float64)
         train_loss = float(losses @ counts / counts.sum()) if counts.sum() > 0 else float("nan")
         for failure in (*probe_failures, *failures):
             logger.debug("round %d: %s failed: %s", server_round, failure.client_id, failure.reason)
         return RoundReport(
             server_round=server_round,
             sampled=tuple(dict.fromkeys(i.client_id for i in instructions)),
-            answered=tuple(dict.fromkeys(r.client_id for r in results)),
+            answered=tuple(dict.fromkeys(client for client, _, _ in answers)),
             failures=(*probe_failures, *failures),
             bytes_down=probe_down + (outcome.bytes_down if outcome else 0),
             bytes_up=probe_up + (outcome.bytes_up if outcome else 0),
             train_loss=train_loss,
             probe_steps=probe_steps,
         )
+
+    def _open_stream(self, server_round: int) -> UpdateStream | None:
+        if isinstance(self.strategy, StreamingStrategy):
+            return self.strategy.open_stream(server_round)
+        return None
+
+    def _fit(
+        self, server_round: int, tasks: Sequence[FitTask], stream: UpdateStream | None
+    ) -> FitOutcome:
+        """The fleet's answers; with a stream, every update folded into it (by the fleet as
+        it arrives, or here) and none returned."""
+        if stream is None:
+            return self.fleet.fit(server_round, tasks)
+        if isinstance(self.fleet, StreamingFleet):
+            return self.fleet.fit_streaming(server_round, tasks, stream)
+        outcome = self.fleet.fit(server_round, tasks)
+        fold_all(
+            stream, sorted(outcome.results, key=lambda r: (self._order(r.client_id), r.model_key))
+        )
+        return FitOutcome((), outcome.failures, outcome.bytes_down, outcome.bytes_up)
 
     def _fit_tasks(
         self, server_round: int, instructions: Sequence[FitInstruction]

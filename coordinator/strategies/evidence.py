@@ -52,6 +52,17 @@ class Merge:
     similarity: float
     threshold: float
 
+    @classmethod
+    def from_json(cls, saved: Mapping[str, Any]) -> Merge:
+        """The merge ``dataclasses.asdict`` saved as JSON."""
+        return cls(
+            int(saved["round"]),
+            tuple(saved["first"]),
+            tuple(saved["second"]),
+            float(saved["similarity"]),
+            float(saved["threshold"]),
+        )
+
 
 @dataclass(frozen=True)
 class ClusterEvidence:

@@ -45,7 +45,6 @@ the rule and the share. ``rule="paper"`` is Algorithm 1 exactly as written.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,12 +60,19 @@ from coordinator.strategies.agglomeration import (
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Merge, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
-from coordinator.strategies.flacc_parameters import PARAMETERS
+from coordinator.strategies.flacc_parameters import FLACC_PARAMETERS, RULES
+from coordinator.strategies.flacc_sketch import SketchedPairs
+from coordinator.strategies.flacc_state import flacc_state, load_flacc_state
 from coordinator.strategies.joining import grow_square, keep_square, most_served_key
 from coordinator.strategies.keys import GLOBAL, cluster_key, cluster_number
+from coordinator.strategies.pairwise import resolve
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.robust import RoundTally
+from coordinator.strategies.streaming import FoldedRound, StreamBounds, UpdateStream, fold_all
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
+
+__all__ = ["FLACC", "RULES"]
 
 
 class FLACC(Strategy):
@@ -77,7 +83,7 @@ class FLACC(Strategy):
     """
 
     name: ClassVar[str] = "flacc"
-    parameters: ClassVar[tuple[Param, ...]] = PARAMETERS
+    parameters: ClassVar[tuple[Param, ...]] = FLACC_PARAMETERS
 
     def __init__(
         self,
@@ -90,6 +96,10 @@ class FLACC(Strategy):
         next_pair: bool = False,
         rule: str = "cohesion",
         cohesion_share: float = 0.7,
+        partners: int = 32,
+        pairwise: str = "auto",
+        sketch_epsilon: float = 0.25,
+        sketch_seed: int = 0,
     ) -> None:
         super().__init__(fraction=fraction)
         self.alpha0 = alpha0
@@ -99,14 +109,17 @@ class FLACC(Strategy):
         self.next_pair = next_pair
         self.rule = rule
         self.cohesion_share = cohesion_share
+        self.partners = partners
+        self.pairwise = pairwise
+        self.sketch_epsilon = sketch_epsilon
+        self.sketch_seed = sketch_seed
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         m = len(self.client_ids_)
         self.models_[GLOBAL] = model_factory(0)
-        self.alpha_ = np.full((m, m), UNKNOWN)  # Algorithm 1, line 2
-        self.tau_ = np.zeros((m, m), dtype=np.int64)
+        self._start_memory()
         self._set_entities([(i,) for i in range(m)])
         self.rounds_without_merge_ = 0
         self.separated_ = False
@@ -114,13 +127,34 @@ class FLACC(Strategy):
         self.last_passed_over_ = 0
         self.merges_: list[Merge] = []
 
+    def _start_memory(self) -> None:
+        """α and τ (Algorithm 1, line 2), or under sketches the pair list, all unknown."""
+        m = len(self.client_ids_)
+        self.pairwise_ = resolve(self.pairwise, m)
+        self.sketched_: SketchedPairs | None = None
+        self.stream_bounds_: dict[str, StreamBounds] = {}
+        if self.pairwise_ == "exact":
+            self.alpha_ = np.full((m, m), UNKNOWN)
+            self.tau_ = np.zeros((m, m), dtype=np.int64)
+            return
+        self.sketched_ = SketchedPairs(
+            m,
+            self._model_size(),
+            epsilon=self.sketch_epsilon,
+            seed=self.sketch_seed,
+            partners=self.partners,
+        )
+
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
     ) -> None:
         m = len(self.client_ids_)
         new = list(range(m - len(joining), m))
-        self.alpha_ = grow_square(self.alpha_, len(new), UNKNOWN)
-        self.tau_ = grow_square(self.tau_, len(new), 0)
+        if self.sketched_ is not None:
+            self.sketched_.memory.grow(m)
+        else:
+            self.alpha_ = grow_square(self.alpha_, len(new), UNKNOWN)
+            self.tau_ = grow_square(self.tau_, len(new), 0)
         entities = [list(e) for e in self.entities_]
         for index, client in zip(new, joining, strict=True):
             if not self.separated_:
@@ -131,8 +165,11 @@ class FLACC(Strategy):
         self._set_entities([tuple(e) for e in entities])
 
     def _leave(self, leaving: set[str], kept: list[int]) -> None:
-        self.alpha_ = keep_square(self.alpha_, kept)
-        self.tau_ = keep_square(self.tau_, kept)
+        if self.sketched_ is not None:
+            self.sketched_.memory.keep(kept)
+        else:
+            self.alpha_ = keep_square(self.alpha_, kept)
+            self.tau_ = keep_square(self.tau_, kept)
         self._set_entities(entities_after_leaving(self.entities_, kept, keep_empty=self.separated_))
 
     # -- training rounds -------------------------------------------------------------------
@@ -156,14 +193,11 @@ class FLACC(Strategy):
     def _aggregate(
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
-        if len({r.client_id for r in results}) != len(results):
-            raise ValueError("a client answered more than once in one round")
-        for r in results:
-            expected = self.model_key_for(r.client_id)
-            if r.model_key != expected:
-                raise ValueError(
-                    f"client {r.client_id!r} trained {r.model_key!r}, expected {expected!r}"
-                )
+        self._check_answers([(r.client_id, r.model_key) for r in results])
+        stream = self.open_stream(server_round)
+        if stream is not None:  # sketch mode: the same streaming path as a live round
+            self._aggregate_stream(server_round, fold_all(stream, results))
+            return
         if self.separated_:
             self._average_entities(results)
             return
@@ -171,11 +205,60 @@ class FLACC(Strategy):
         if results:  # line 20
             self.models_[GLOBAL] = self._average(results)
 
+    def _check_answers(self, answers: Sequence[tuple[str, str]]) -> None:
+        if len({client for client, _ in answers}) != len(answers):
+            raise ValueError("a client answered more than once in one round")
+        for client, key in answers:
+            if client not in self.client_index_:
+                raise ValueError(f"result from unknown client {client!r}")
+            expected = self.model_key_for(client)
+            if key != expected:
+                raise ValueError(f"client {client!r} trained {key!r}, expected {expected!r}")
+
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
         """Lines 10–19 on the answers: their similarities (eq. 19), then the merges."""
         answered = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
         similarity = cosine_similarity_matrix([r.delta for r in results]) if results else None
         self.cluster_step(server_round, answered, similarity)
+
+    # -- streaming (pairwise sketch) ---------------------------------------------------------
+
+    def open_stream(self, server_round: int) -> UpdateStream | None:
+        """Under sketches, a stream that folds the round's updates as they arrive
+        (:mod:`.streaming`); None under exact cosines, which need the list of updates."""
+        if self.sketched_ is None:
+            return None
+        return UpdateStream(
+            server_round,
+            self.models_,
+            self.averaging.policy,
+            self.stream_bounds_,
+            self.sketched_.sketcher,
+            self.averaging.noise_seed,
+        )
+
+    def aggregate_stream(
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
+    ) -> None:
+        """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
+        self._check_answers([(u.client_id, u.model_key) for u in stream.updates()])
+        self._aggregate_stream(server_round, stream)
+
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
+        assert self.sketched_ is not None  # streams exist in sketch mode only
+        keys = stream.model_keys()
+        if not self.separated_:
+            updates = sorted(stream.updates(), key=lambda u: self._index(u.client_id))
+            answered = np.array([self._index(u.client_id) for u in updates], dtype=np.intp)
+            sketches = [u.sketch for u in updates if u.sketch is not None]
+            self.sketched_.record_sketches(server_round, answered, sketches)
+            self._merge_step(server_round)
+        tally = RoundTally(server_round)
+        for index, key in enumerate(keys):  # line 20, or 26 per entity once separated
+            self.models_[key] = stream.average(key, index=index)
+            self.stream_bounds_[key] = stream.next_bounds(key)
+            tally = RoundTally(server_round, tally.averages + 1, tally.report + stream.report(key))
+        self.averaged_ = tally
 
     def cluster_step(
         self, server_round: int, answered: IntArray, similarity: Float64Array | None
@@ -193,20 +276,32 @@ class FLACC(Strategy):
         similarity : array of shape (k, k), float64, or None
             Eq. 19 between them, in the order of ``answered``; None when nobody answered.
         """
+        if self.sketched_ is not None:
+            if similarity is not None and len(answered):
+                self.sketched_.record_matrix(server_round, answered, similarity)
+            self._merge_step(server_round)
+            return
         if similarity is not None and len(answered):
             pairs = np.ix_(answered, answered)
             self.alpha_[pairs] = similarity
             self.tau_[pairs] = server_round
             self.alpha_[answered, answered] = UNKNOWN  # the diagonal carries no information
-        self.alpha_ = forget_stale(self.alpha_, self.tau_, server_round, self.memory)  # eq. 18
-        outcome = agglomerate(
-            self.alpha_,
-            self.entities_,
-            alpha0=self.alpha0,
-            n_merge=self.n_merge,
-            next_pair=self.next_pair,
-            cohesion_share=self.cohesion_share if self.rule == "cohesion" else None,
-        )
+        self._merge_step(server_round)
+
+    def _merge_step(self, server_round: int) -> None:
+        """Lines 13–19 on the similarities recorded: forget stale pairs (eq. 18), merge."""
+        options = {
+            "alpha0": self.alpha0,
+            "n_merge": self.n_merge,
+            "next_pair": self.next_pair,
+            "cohesion_share": self.cohesion_share if self.rule == "cohesion" else None,
+        }
+        if self.sketched_ is not None:
+            self.sketched_.forget(server_round, self.memory)
+            outcome = self.sketched_.agglomerate(self.entities_, **options)
+        else:
+            self.alpha_ = forget_stale(self.alpha_, self.tau_, server_round, self.memory)
+            outcome = agglomerate(self.alpha_, self.entities_, **options)  # type: ignore[arg-type]
         self._record_merges(server_round, outcome.decisions, self.alpha0)
         self._set_entities(outcome.entities)
         first = outcome.decisions[0] if outcome.decisions else None
@@ -221,8 +316,8 @@ class FLACC(Strategy):
         self.merges_.extend(
             Merge(
                 server_round,
-                tuple(ids[i] for i in d.first),
-                tuple(ids[i] for i in d.second),
+                tuple(map(ids.__getitem__, d.first)),
+                tuple(map(ids.__getitem__, d.second)),
                 d.alpha_min_cross,
                 threshold,
             )
@@ -233,8 +328,10 @@ class FLACC(Strategy):
     def _separate(self) -> None:
         """Lines 21–27 from now on: one model per entity, each a copy of the global model."""
         initial = self.models_.pop(GLOBAL)
+        bounds = self.stream_bounds_.pop(GLOBAL, StreamBounds())
         for position in range(len(self.entities_)):
             self.models_[cluster_key(position)] = initial.copy()
+            self.stream_bounds_[cluster_key(position)] = bounds  # inherited (streaming)
         self.separated_ = True
 
     def _average_entities(self, results: Sequence[FitResult]) -> None:
@@ -279,7 +376,9 @@ class FLACC(Strategy):
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(int(k) for k in self._labels),
-            similarity=known_or_nan(self.alpha_, UNKNOWN),
+            similarity=known_or_nan(
+                self.alpha_ if self.sketched_ is None else self.sketched_.memory.dense(), UNKNOWN
+            ),
             measure="cosine similarity of weight updates (FLACC eq. 19), pairs seen in "
             "the last T rounds of the clustering phase",
             settled=self.separated_,
@@ -317,36 +416,8 @@ class FLACC(Strategy):
     # -- state -----------------------------------------------------------------------------
 
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
-        meta: JsonDict = {
-            "entities": [[int(i) for i in e] for e in self.entities_],
-            "rounds_without_merge": int(self.rounds_without_merge_),
-            "separated": bool(self.separated_),
-            "last_alpha_min_cross": self.last_alpha_min_cross_,
-            "last_passed_over": int(self.last_passed_over_),
-            "merges": [asdict(m) for m in self.merges_],
-        }
-        return meta, {"alpha": self.alpha_.copy(), "tau": self.tau_.copy()}
+        return flacc_state(self)
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
-        m = len(self.client_ids_)
-        alpha = np.array(arrays["alpha"], dtype=np.float64)
-        tau = np.array(arrays["tau"], dtype=np.int64)
-        if alpha.shape != (m, m) or tau.shape != (m, m):
-            raise ValueError(f"state holds a {alpha.shape} similarity matrix for {m} clients")
-        self.alpha_, self.tau_ = alpha, tau
-        self._set_entities([tuple(int(i) for i in e) for e in meta["entities"]])
-        self.rounds_without_merge_ = int(meta["rounds_without_merge"])
-        self.separated_ = bool(meta["separated"])
-        last = meta["last_alpha_min_cross"]
-        self.last_alpha_min_cross_ = None if last is None else float(last)
-        self.last_passed_over_ = int(meta.get("last_passed_over", 0))
-        self.merges_ = [
-            Merge(
-                int(m["round"]),
-                tuple(m["first"]),
-                tuple(m["second"]),
-                float(m["similarity"]),
-                float(m["threshold"]),
-            )
-            for m in meta.get("merges", [])
-        ]
+        self._start_memory()
+        load_flacc_state(self, meta, arrays)

@@ -7,12 +7,13 @@ cohesion rule is ours (:mod:`coordinator.strategies.cohesion`).
 
 from __future__ import annotations
 
+from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS
 from coordinator.strategies.parameters import Param
 
 RULES = ("cohesion", "paper")
 """FLACC's merge rules: the default with the cohesion test, and Algorithm 1 as written."""
 
-PARAMETERS: tuple[Param, ...] = (
+FLACC_PARAMETERS: tuple[Param, ...] = (
     Param(
         "alpha0",
         "float",
@@ -76,4 +77,14 @@ PARAMETERS: tuple[Param, ...] = (
         low=0.0,
         high=1.0,
     ),
+    Param(
+        "partners",
+        "int",
+        32,
+        "under pairwise sketch, how many others each client's update is compared with in a "
+        "round of more than partners + 1 updates (smaller rounds compare every pair)",
+        "ours; coordinator/strategies/pair_memory.py",
+        low=2,
+    ),
+    *PAIRWISE_PARAMETERS,
 )

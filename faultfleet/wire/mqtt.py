@@ -39,8 +39,10 @@ from faultfleet.wire.connect_failures import (
 from faultfleet.wire.dispatch import ConnectionState, Dispatcher, Handler, PublishError, Will
 from faultfleet.wire.mqtt_client import FailureReportingClient, Sender, make_client, wait_published
 from faultfleet.wire.settings import BrokerSettings
+from faultfleet.wire.topics import shared
 
 logger = logging.getLogger(__name__)
+
 
 __all__ = ["Handler", "MqttConnection", "PublishError", "Will"]
 
@@ -74,6 +76,9 @@ class MqttConnection:
     max_queued_messages : int
         Outgoing QoS 1 messages kept while unacknowledged or disconnected; beyond that
         :meth:`publish` raises :class:`PublishError`.
+    mqtt5 : bool
+        Speak MQTT 5 instead of 3.1.1, for shared subscriptions (:meth:`route` with a
+        ``share_group``); needs Mosquitto 2 or a clustered broker (amqtt speaks 3.1.1 only).
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class MqttConnection:
         on_handler_error: Callable[[str, Exception], None] | None = None,
         on_oversized: Callable[[str, int], None] | None = None,
         max_queued_messages: int = 10_000,
+        mqtt5: bool = False,
     ) -> None:
         if not client_id:
             raise ValueError("client_id is empty; give each MQTT client a unique id")
@@ -110,6 +116,9 @@ class MqttConnection:
         self._failures = FailureLog(logger, self.broker_address, client_id)
         self._started = False
         self._stopped = False
+        self._mqtt5 = mqtt5
+        self._persistent = persistent_session
+        self._subscriptions: dict[str, str] = {}  # filter → ``$share/{group}/{filter}``
         self._network_thread: int | None = None
         self._client = self._make_client(will, persistent_session, reconnect_min_s, reconnect_max_s)
         self._sender = Sender(self._client, client_id, settings, self.broker_address)
@@ -124,6 +133,7 @@ class MqttConnection:
             persistent_session=persistent,
             reconnect_s=(reconnect_min_s, reconnect_max_s),
             max_queued_messages=self._max_queued_messages,
+            mqtt5=self._mqtt5,
         )
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
@@ -163,9 +173,9 @@ class MqttConnection:
             if self._started or self._stopped:
                 raise RuntimeError(f"MQTT client {self.client_id!r} was already started or stopped")
             self._started = True
-        self._client.connect_async(
-            self.settings.host, self.settings.port, self.settings.keepalive_s
-        )
+        clean = not self._persistent if self._mqtt5 else paho.MQTT_CLEAN_START_FIRST_ONLY
+        s = self.settings  # clean_start counts under MQTT 5 only (3.1.1: clean_session)
+        self._client.connect_async(s.host, s.port, s.keepalive_s, clean_start=clean)
         self._client.loop_start()
 
     def wait_connected(self, timeout_s: float) -> bool:
@@ -179,12 +189,18 @@ class MqttConnection:
         """
         return self._state.wait_subscribed(self.dispatcher.filters, timeout_s)
 
-    def route(self, topic_filter: str, handler: Handler) -> None:
+    def route(self, topic_filter: str, handler: Handler, *, share_group: str | None = None) -> None:
         """Call ``handler(topic, payload)`` for every message matching ``topic_filter``.
 
         Subscribes (QoS 1) now when connected and again after every reconnect. A message
-        matching several routes reaches each of their handlers.
+        matching several routes reaches each of their handlers. With ``share_group`` (MQTT
+        5 only) the subscription is ``$share/{share_group}/{topic_filter}``: the broker
+        hands each message to one of the group's subscribers.
         """
+        if share_group is not None:
+            if not self._mqtt5:
+                raise ValueError("shared subscriptions need MQTT 5: build with mqtt5=True")
+            self._subscriptions[topic_filter] = shared(share_group, topic_filter)
         with self._state.lock:
             if self.dispatcher.add(topic_filter, handler) and self._state.connected:
                 self._subscribe(topic_filter)
@@ -292,7 +308,9 @@ class MqttConnection:
 
     def _subscribe(self, topic_filter: str) -> None:
         # Called with the lock held, so on_subscribe cannot see the mid before it is recorded.
-        result, mid = self._client.subscribe(topic_filter, qos=1)
+        result, mid = self._client.subscribe(
+            self._subscriptions.get(topic_filter, topic_filter), qos=1
+        )
         if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
             self._state.subscriptions.sent(mid, topic_filter)
         else:

@@ -10,7 +10,9 @@ into the reason an operator reads). :class:`Sender` is every publish of the conn
 :class:`Acknowledgements` what it waits on. With :mod:`faultfleet.wire.mqtt`, the only modules
 that import paho.
 
-**Why MQTT 3.1.1 with ``clean_session=False``, not MQTT 5.** A persistent session is what
+**Why MQTT 3.1.1 with ``clean_session=False``, not MQTT 5** (for the services; ingest
+workers, which need MQTT 5's shared subscriptions, opt in with ``mqtt5=True`` and then
+require Mosquitto 2 or a clustered broker). A persistent session is what
 lets the broker keep a service's subscriptions and queue its QoS 1 messages while it is
 away, and MQTT 3.1.1 has it. MQTT 5 would add a session expiry interval and message expiry
 (stale tasks discarded by the broker), and paho and Mosquitto speak it; but the embedded
@@ -78,6 +80,7 @@ def make_client(
     persistent_session: bool,
     reconnect_s: tuple[float, float],
     max_queued_messages: int,
+    mqtt5: bool = False,
 ) -> FailureReportingClient:
     """A configured, unconnected client; the caller sets the callbacks.
 
@@ -94,13 +97,24 @@ def make_client(
         First and largest delay of the reconnect backoff.
     max_queued_messages : int
         Outgoing QoS 1 messages kept while unacknowledged or disconnected.
+    mqtt5 : bool
+        Speak MQTT 5 (shared subscriptions, ``$share/...``; Mosquitto 2 and clustered
+        brokers, not amqtt) instead of 3.1.1; ``persistent_session`` then becomes
+        ``clean_start=False`` on connecting.
     """
-    client = FailureReportingClient(
-        callback_api_version=CallbackAPIVersion.VERSION2,
-        client_id=client_id,
-        clean_session=not persistent_session,
-        protocol=paho.MQTTv311,
-    )
+    if mqtt5:
+        client = FailureReportingClient(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=paho.MQTTv5,
+        )
+    else:
+        client = FailureReportingClient(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=not persistent_session,
+            protocol=paho.MQTTv311,
+        )
     client.enable_logger(PAHO_LOGGER)
     if settings.username is not None:
         client.username_pw_set(settings.username, settings.password())

@@ -10,6 +10,8 @@ Every topic lives under a versioned root (``faultfleet/v1`` by default)::
     {root}/agents/{agent}/diagnoses      agent → subscribers: one message per diagnosed window
     {root}/agents/{agent}/heartbeat      retained: when the agent was last seen, its last diagnosis
     {root}/clusters/{cluster}/model      retained: the cluster's ONNX model
+    {root}/ingest/plan                   retained: the round ingest workers fold updates for
+    {root}/ingest/{worker}/summaries     ingest worker → coordinator: summaries, partial sums
 
 An agent's broker account may write only the topics under its own id that it publishes
 (``status``, ``results``, ``diagnoses``, ``heartbeat``); ``deploy/mosquitto/faultfleet.acl``
@@ -35,6 +37,13 @@ def check_name(kind: str, value: str) -> str:
             "'.' or '-'"
         )
     return value
+
+
+def shared(group: str, topic_filter: str) -> str:
+    """The MQTT 5 shared subscription ``$share/{group}/{topic_filter}``: the broker hands
+    each matching message to one subscriber of ``group``."""
+    check_name("share group", group)
+    return f"$share/{group}/{topic_filter}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,17 @@ class Topics:
 
     def cluster_model(self, cluster_id: str) -> str:
         return f"{self.root}/clusters/{check_name('cluster id', cluster_id)}/model"
+
+    def ingest_plan(self) -> str:
+        """Retained: the round ingest workers fold updates for (its models and bounds)."""
+        return f"{self.root}/ingest/plan"
+
+    def ingest_summaries(self, worker_id: str) -> str:
+        """Ingest worker → coordinator: a compact summary per accepted update, partial sums."""
+        return f"{self.root}/ingest/{check_name('worker id', worker_id)}/summaries"
+
+    def all_ingest_summaries(self) -> str:
+        return f"{self.root}/ingest/+/summaries"
 
     # -- subscription filters ------------------------------------------------------------
 

@@ -40,6 +40,7 @@ REGISTRATIONS = (
     ("faultfleet_apps.cli.bench", "add_bench_command"),
     ("faultfleet_apps.cli.demo", "add_demo_command"),
     ("faultfleet_apps.cli.runtime", "add_runtime_commands"),
+    ("faultfleet_apps.cli.ingest", "add_ingest_command"),
     ("faultfleet_apps.cli.deploy", "add_deploy_command"),
     ("faultfleet_apps.cli.keys", "add_keys_command"),
     ("faultfleet_apps.cli.models", "add_models_command"),

@@ -115,7 +115,16 @@ def carry_fit_result(
     except ValueError as error:
         return Failure(result.client_id, f"{type(error).__name__}: {error}"), 0
     weights = decoded["weights"]
-    return replace(result, weights=weights, delta=weights - sent[result.model_key]), size
+    rebuilt = FitResult(
+        result.client_id,
+        result.model_key,
+        weights,
+        None,
+        result.num_samples,
+        result.train_loss,
+        base=sent[result.model_key],
+    )
+    return rebuilt, size
 
 
 def carry_gradients(

@@ -20,7 +20,9 @@ from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.round_tasks import Collection
-from faultfleet.tasks import FitTask, TrainConfig
+from coordinator.strategies.robust import AggregationPolicy
+from coordinator.strategies.streaming import UpdateStream
+from faultfleet.tasks import FitResult, FitTask, TrainConfig
 from faultfleet.wire.messages import AgentStatus, FitTaskMessage, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
@@ -217,3 +219,79 @@ def test_dispatches_from_two_threads_run_one_after_the_other(tmp_path: Path) -> 
     # Assert
     assert not second_entered
     assert most == 1
+
+
+# -- answers are checked off the network thread --------------------------------------------
+
+
+def test_an_update_that_arrived_before_its_agents_last_will_still_counts(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a started fleet with one open fit task for a
+    registry = AgentRegistry()
+    registry.update(status("a", "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(1, [FitTask("a", {"global": start}, TrainConfig(), seed=1)])
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    ((task, header, _),) = frames
+    assert isinstance(header, FitTaskMessage)
+    payload = fit_frame(header, start + 1)
+
+    # Execute: the network thread hands over the update, then the agent's last will arrives
+    mqtt_fleet.answers._receive(Topics().results("a"), payload)
+    mqtt_fleet.agent_offline("a")
+    mqtt_fleet.close()  # the workers finish what they hold, then the journal writer
+
+    # Assert: accepted and journaled, its weights a view of the received message
+    assert task.failure is None
+    assert isinstance(task.result, FitResult)
+    assert list(RoundJournal(tmp_path).accepted()) == [task.task_id]
+    weights = task.result.weights
+    assert np.shares_memory(weights, np.frombuffer(payload, dtype=np.uint8))
+    np.testing.assert_array_equal(task.result.delta, np.ones(10, dtype=np.float32))
+
+
+def test_the_last_will_fails_a_task_whose_update_never_came(tmp_path: Path) -> None:
+    registry = AgentRegistry()
+    registry.update(status("a", "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(1, [FitTask("a", {"global": start}, TrainConfig(), seed=1)])
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+
+    mqtt_fleet.agent_offline("a")
+    mqtt_fleet.close()
+
+    ((task, _, _),) = frames
+    assert task.result is None
+    assert task.failure is not None
+    assert task.failure.reason == "the agent went offline during the round"
+
+
+def test_a_streamed_update_is_folded_once_journaled_and_not_kept(tmp_path: Path) -> None:
+    # Prepare: a started fleet with open fit tasks for a and b, a stream for the round
+    registry = AgentRegistry()
+    for agent in ("a", "b"):
+        registry.update(status(agent, "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    start = np.zeros(10, dtype=np.float32)
+    tasks = [FitTask(agent, {"global": start}, TrainConfig(), seed=1) for agent in ("a", "b")]
+    frames = mqtt_fleet.frames.fit(1, tasks)
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    stream = UpdateStream(1, {"global": start}, AggregationPolicy(), {})
+    mqtt_fleet.answers.stream = stream
+
+    # Execute: both answer; the workers and the journal writer finish
+    for (_, header, _), value in zip(frames, (1.0, 3.0), strict=True):
+        assert isinstance(header, FitTaskMessage)
+        mqtt_fleet.answers._receive(
+            Topics().results(header.agent_id), fit_frame(header, start + value)
+        )
+    mqtt_fleet.close()
+
+    # Assert: folded (sample-weighted mean of 1 and 3 with 10 samples each), nothing kept
+    assert all(p.streamed and p.result is None and p.done for p, _, _ in frames)
+    assert {u.client_id for u in stream.updates()} == {"a", "b"}
+    np.testing.assert_allclose(stream.average("global"), np.full(10, 2.0))
+    assert len(RoundJournal(tmp_path).accepted()) == 2

@@ -43,8 +43,15 @@ def factory_for(name: str) -> Factory:
     return build
 
 
+def flacc_sketched() -> Strategy:
+    """FLACC comparing sketches, sampling pairs (4 partners of 6 per round) and streaming."""
+    options = {**OPTIONS["flacc"], "pairwise": "sketch", "partners": 4, "sketch_epsilon": 0.9}
+    return make_strategy("flacc", fraction=0.5, options=options)
+
+
 def strategy_factories() -> list[tuple[str, Factory]]:
-    return [(name, factory_for(name)) for name in sorted(STRATEGIES)]
+    named = [(name, factory_for(name)) for name in sorted(STRATEGIES)]
+    return [*named, ("flacc-sketch", flacc_sketched)]
 
 
 def engine_for(strategy: Strategy, fleet: SyntheticFleet, seed: int = 0) -> RoundEngine:

@@ -242,3 +242,15 @@ def test_demo_on_cuda_without_a_gpu_is_a_one_line_error(
     assert main(["demo", "--out", str(out), "--device", "cuda"]) == 2
     assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_an_ingest_worker_without_a_worker_id_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "ingest.toml"
+    config.write_text("check_threads = 2\n")
+
+    status = main(["ingest-worker", "--config", str(config)])
+
+    assert status == 2
+    assert "worker_id" in capsys.readouterr().err

@@ -168,6 +168,10 @@ def test_list_options_prints_the_table_without_running(
         "next_pair",
         "rule",
         "cohesion_share",
+        "partners",
+        "pairwise",
+        "sketch_epsilon",
+        "sketch_seed",
     ]
     memory = lines[2 + names.index("memory")]
     assert "an integer >= 0 or none (T = ∞, never forget)" in memory

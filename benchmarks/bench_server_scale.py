@@ -1,0 +1,210 @@
+"""FLACC's server step at 1,000 to 20,000 agents: sketches and sampled pairs against exact.
+
+Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
+       [--rounds 8] [--json FILE] [--exact-up-to 20000] [--partners 32] [--epsilon 0.25]
+
+The server step is everything the coordinator does with a round's updates once they are
+decoded: sample the round (c = 0.25), fold every update into the running sum of its model
+as it arrives (clip and weight cap from the previous round's medians, the default robust
+policy), sketch it, and at the round's end take the sampled pairs' cosines, forget stale
+pairs (T = 10), merge entities (FLACC's default cohesion rule, α0 = 0, ``n_merge``
+unbounded so that a fleet this size clusters in a few rounds) and average. The updates are
+real (``server_scale_updates.py``: the 48 updates of a mixed-fault FedAvg round, 8 per fault
+group, perturbed per agent); their generation is not timed.
+
+Time is the process's CPU time (``time.process_time``), the generation of the updates
+taken out: on a shared machine the wall time of a step also counts the time the process
+waited for a core (printed too, as ``wall``, the generation included). Each N runs in a
+fresh process (one BLAS thread: one core), so its peak RSS
+(``ru_maxrss``) is its own: the interpreter, numpy, the 48 recorded updates and the
+perturbation pool included (about 150 MB before the first round). The *exact* path, run
+in another process for the ARI, is the same server step with every pair of every round
+and the exact cosines of the full updates (the sketch switched off by an ε whose
+dimension exceeds the model); on fleets it can handle, the merging there takes the
+decisions of FLACC's dense implementation (``tests/coordinator/strategies/
+test_sparse_agglomeration.py``), whose α and τ alone would take 1.6 GB at 10,000 agents
+and whose merges cost O(m²) each. It computes a k × k Gram matrix of the full updates per
+round (≈ 11 s per round at 2,500 updates on this machine with 2 threads) and holds every
+pair of the last T rounds grouped by entity (3 million at 10,000 agents); it is not timed
+against anything. ``--exact-up-to`` skips it above a fleet size; ``--exact-pairs sampled``
+makes it compare only the sketch path's sampled pairs, with exact cosines, which isolates
+the sketch's error from the pair sampling's and fits larger fleets.
+
+Prints, per N: updates per round, mean and worst seconds per step over the rounds, peak
+RSS, the ARI of the sketch path's clusters against the exact path's and against the true
+groups, and the growth of the mean step time from the smallest N against n·log n.
+``--json`` writes one object per N with ``agents``, ``seconds_per_step``, ``peak_rss_mb``
+and ``ari_vs_exact`` (and the other columns). Numbers only, no pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from server_scale_updates import SyntheticFleet, recorded_updates
+
+from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
+from faultfleet.scoring import adjusted_rand_index
+from faultfleet.tasks import FitResult
+
+CACHE = Path(tempfile.gettempdir()) / "faultfleet-bench" / "server-scale-updates.npz"
+EXACT_EPSILON = 0.001
+"""An ε whose JL dimension exceeds any model here: the sketch is the update itself."""
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One path at one fleet size: print a JSON line with its timings, RSS and labels."""
+    recorded = recorded_updates(args.cache)
+    n = args.worker_agents
+    fleet = SyntheticFleet(recorded, n, seed=args.seed)
+    ids = [f"a{i:05d}" for i in range(n)]
+    exact = args.worker == "exact"
+    strategy = FLACC(
+        fraction=0.25,
+        n_merge=n,
+        n_sep=10**6,
+        pairwise="sketch",
+        partners=n if exact and args.exact_pairs == "all" else args.partners,
+        sketch_epsilon=EXACT_EPSILON if exact else args.epsilon,
+        sketch_seed=args.seed,
+    )
+    strategy.averaging = Averaging(DEFAULT_POLICY)
+    strategy.initialize(ids, lambda _: recorded.base.copy())
+    rng = np.random.default_rng(args.seed)
+    steps, walls, updates = [], [], 0
+    for server_round in range(1, args.rounds + 1):
+        started, generating = time.process_time(), 0.0
+        wall = time.perf_counter()
+        instructions = strategy.configure_round(server_round, ids, rng)
+        stream = strategy.open_stream(server_round)
+        assert stream is not None
+        model = strategy.models["global"]
+        for instruction in instructions:
+            agent = int(instruction.client_id[1:])
+            made = time.process_time()
+            weights = model + fleet.delta(agent)
+            generating += time.process_time() - made
+            samples = 100 + agent % 50
+            stream.add(
+                FitResult(instruction.client_id, "global", weights, None, samples, 0.5, base=model)
+            )
+        strategy.aggregate_stream(server_round, stream, ())
+        steps.append(time.process_time() - started - generating)
+        walls.append(time.perf_counter() - wall)
+        updates = len(instructions)
+    labels = strategy.cluster_labels()
+    line = {
+        "path": args.worker,
+        "agents": n,
+        "updates": updates,
+        "steps": steps,
+        "walls": walls,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "labels": [labels[c] for c in ids],
+        "pairs": len(strategy.sketched_.memory) if strategy.sketched_ else 0,
+        "sketch_dim": strategy.sketched_.sketcher.dim if strategy.sketched_ else 0,
+    }
+    print(json.dumps(line))
+
+
+def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, object]:
+    """Run ``path`` at ``agents`` in a fresh process and return its JSON line."""
+    threads = "1" if path == "sketch" else str(os.cpu_count() or 1)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+    env["MKL_NUM_THREADS"] = threads
+    command = [sys.executable, __file__, "--worker", path, "--worker-agents", str(agents)]
+    command += ["--rounds", str(args.rounds), "--seed", str(args.seed)]
+    command += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
+    command += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{path} worker at {agents} agents failed:\n{done.stderr}")
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    """Parse the command line; run every fleet size; print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[1000, 2000, 5000, 10000, 20000])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--exact-up-to", type=int, default=20_000)
+    parser.add_argument(
+        "--exact-pairs",
+        choices=["all", "sampled"],
+        default="all",
+        help="the exact path compares every pair, or the sketch path's sampled pairs",
+    )
+    parser.add_argument("--partners", type=int, default=32)
+    parser.add_argument("--epsilon", type=float, default=0.25)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--worker", choices=["sketch", "exact"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker-agents", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    print("command: python " + shlex.join(sys.argv))
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{os.cpu_count()} cpus, load average {load}; {args.rounds} rounds per fleet size")
+    recorded = recorded_updates(args.cache)
+    print(f"recorded updates: {recorded.deltas.shape[0]} of {recorded.deltas.shape[1]} parameters")
+    header = f"{'agents':>7}{'updates':>8}{'s/step':>8}{'worst':>8}{'wall':>8}{'RSS MB':>8}"
+    print(header + f"{'pairs':>9}{'d':>6}{'ARI exact':>10}{'ARI true':>9}{'growth':>8}{'nlogn':>7}")
+    rows, first = [], None
+    for agents in sorted(args.agents):
+        sketch = run_worker(args, "sketch", agents)
+        steps = list(sketch["steps"])  # type: ignore[call-overload]
+        truth = SyntheticFleet(recorded, agents, seed=args.seed).groups()
+        labels: list[int] = sketch["labels"]  # type: ignore[assignment]
+        ari_exact = float("nan")
+        if agents <= args.exact_up_to:
+            exact = run_worker(args, "exact", agents)
+            ari_exact = adjusted_rand_index(exact["labels"], labels)  # type: ignore[arg-type]
+        seconds = float(np.mean(steps))
+        first = first or (agents, seconds)
+        growth = seconds / first[1]
+        nlogn = agents * math.log(agents) / (first[0] * math.log(first[0]))
+        row = {
+            "agents": agents,
+            "updates_per_step": sketch["updates"],
+            "seconds_per_step": seconds,
+            "worst_seconds_per_step": float(np.max(steps)),
+            "wall_seconds_per_step": float(np.mean(sketch["walls"])),  # type: ignore[call-overload]
+            "peak_rss_mb": sketch["peak_rss_mb"],
+            "ari_vs_exact": ari_exact,
+            "exact_pairs": args.exact_pairs if agents <= args.exact_up_to else None,
+            "ari_vs_truth": adjusted_rand_index(truth, labels),
+            "pairs_remembered": sketch["pairs"],
+            "sketch_dim": sketch["sketch_dim"],
+            "growth": growth,
+            "nlogn_growth": nlogn,
+        }
+        rows.append(row)
+        print(
+            f"{agents:>7}{row['updates_per_step']:>8}{seconds:>8.3f}"
+            f"{row['worst_seconds_per_step']:>8.3f}{row['wall_seconds_per_step']:>8.3f}"
+            f"{row['peak_rss_mb']:>8.0f}{row['pairs_remembered']:>9}{row['sketch_dim']:>6}"
+            f"{ari_exact:>10.3f}{row['ari_vs_truth']:>9.3f}{growth:>8.1f}{nlogn:>7.1f}",
+            flush=True,
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""The coordinator's side of ingest workers: one round's summaries and partial sums, merged.
+
+Each ingest worker (:mod:`coordinator.adapters.ingest_worker`) sends an
+:class:`~faultfleet.wire.ingest_messages.UpdateSummary` per update it accepted and, when
+the round closes, a :class:`~faultfleet.wire.ingest_messages.PartialSum` per model key: its
+weighted mean update m_w and weight W_w. :class:`IngestRound` collects them and is a
+:class:`~coordinator.strategies.streaming.FoldedRound`, what a streaming strategy takes
+(FLACC's ``aggregate_stream``): the updates are the summaries (sketch, norm, samples), and
+a model's new weights are θ + Σ_w W_w m_w / Σ_w W_w, the same weighted mean one process
+folding every update would give (up to float32 rounding of each worker's mean).
+
+The coordinator decides which summaries count: the first summary of a task (QoS 1 may hand
+a redelivered answer to another worker), of an agent the task was sent to when the round's
+tasks are given. The others are refused, and :meth:`IngestRound.close_message` names them
+to their workers, which take them out of their partial sums before sending them. The round
+is complete when each worker's partial sums hold exactly the updates accepted from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+
+import numpy as np
+
+from coordinator.strategies.robust import AggregateReport
+from coordinator.strategies.streaming import StreamBounds, StreamedUpdate, lower_medians
+from faultfleet.types import FloatArray
+from faultfleet.wire.codec import (
+    RejectReason,
+    WireError,
+    decode_tensors,
+    parse_envelope,
+    split_frame_view,
+)
+from faultfleet.wire.ingest_messages import (
+    SUMMARY_ADAPTER,
+    IngestClose,
+    IngestReady,
+    PartialSum,
+    UpdateSummary,
+)
+from faultfleet.wire.messages import TensorEncoding
+
+
+class IngestRound:
+    """Summaries and partial sums of one round from every ingest worker.
+
+    Parameters
+    ----------
+    run_id : str
+    server_round : int
+    models : mapping of model key to array of shape (n_params,)
+        The models the round's plan carried.
+    sketch_dim : int
+        Length of the sketches the plan asked for.
+    bounds : mapping of model key to StreamBounds
+        The plan's bounds (returned for a key without updates).
+    max_payload_bytes : int
+    tasks : mapping of task id to agent id, optional
+        The round's fit tasks: a summary of another task, or of another agent, is refused.
+        None takes every task.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        server_round: int,
+        models: Mapping[str, FloatArray],
+        *,
+        sketch_dim: int,
+        bounds: Mapping[str, StreamBounds] | None = None,
+        max_payload_bytes: int,
+        tasks: Mapping[str, str] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.server_round = server_round
+        self.models = dict(models)
+        self.sketch_dim = sketch_dim
+        self.bounds = dict(bounds or {})
+        self.max_payload_bytes = max_payload_bytes
+        self._lock = threading.Lock()
+        self.tasks = None if tasks is None else dict(tasks)
+        self._updates: dict[str, StreamedUpdate] = {}
+        self._accepted: Counter[str] = Counter()
+        self._refused: defaultdict[str, list[str]] = defaultdict(list)
+        self._closing = -1
+        self._ready: set[str] = set()
+        self._closed_refusals = 0
+        self._partials: dict[tuple[str, str], tuple[PartialSum, FloatArray]] = {}
+
+    def on_message(self, topic: str, payload: bytes) -> None:
+        """Take one message of ``{root}/ingest/+/summaries``.
+
+        Raises
+        ------
+        WireError
+            A message that does not parse, or of another run or round.
+        """
+        header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
+        message = parse_envelope(SUMMARY_ADAPTER, header)
+        if (message.run_id, message.server_round) != (self.run_id, self.server_round):
+            raise WireError(
+                RejectReason.LATE,
+                f"summary of round {message.server_round} in round {self.server_round}",
+            )
+        if isinstance(message, IngestReady):
+            with self._lock:
+                self._ready.add(message.worker_id)
+            return
+        if isinstance(message, UpdateSummary):
+            sketch = decode_tensors(
+                body,
+                TensorEncoding(),
+                {"sketch": self.sketch_dim},
+                max_bytes=self.max_payload_bytes,
+            )["sketch"]
+            update = StreamedUpdate(
+                message.agent_id,
+                message.model_key,
+                message.num_samples,
+                message.train_loss,
+                message.norm,
+                sketch,
+            )
+            self._take(message, update)
+            return
+        n_params = len(self.models[message.model_key])
+        mean = decode_tensors(
+            body, TensorEncoding(), {"mean": n_params}, max_bytes=self.max_payload_bytes
+        )["mean"]
+        with self._lock:
+            self._partials[(message.worker_id, message.model_key)] = (message, mean)
+
+    def ready(self) -> frozenset[str]:
+        """The workers that took this round's plan."""
+        with self._lock:
+            return frozenset(self._ready)
+
+    def _take(self, message: UpdateSummary, update: StreamedUpdate) -> None:
+        """Accept the first summary of a task sent to its agent; refuse the others."""
+        tid = message.task_id
+        with self._lock:
+            known = self.tasks is None or self.tasks.get(tid) == message.agent_id
+            if tid in self._updates or not known:
+                self._refused[message.worker_id].append(tid)
+                return
+            self._updates[tid] = update
+            self._accepted[message.worker_id] += 1
+
+    def close_message(self) -> IngestClose:
+        """What closes the round: the refused summaries, by worker (all of them; a worker
+        retracts each once)."""
+        with self._lock:
+            refused = {w: tuple(tids) for w, tids in self._refused.items()}
+            self._closing += 1
+            self._closed_refusals = sum(map(len, refused.values()))
+            closing = self._closing
+        return IngestClose(
+            run_id=self.run_id, server_round=self.server_round, refused=refused, closing=closing
+        )
+
+    def must_close_again(self) -> bool:
+        """Whether a summary was refused after the last close: its worker folded it, and
+        only another close takes it out."""
+        with self._lock:
+            return sum(map(len, self._refused.values())) > self._closed_refusals
+
+    def complete(self) -> bool:
+        """Whether each worker's partial sums, answering the last close, hold exactly the
+        updates accepted from it."""
+        with self._lock:
+            folded: Counter[str] = Counter()
+            for (worker, _), (partial, _) in self._partials.items():
+                if partial.closing == self._closing:
+                    folded[worker] += partial.updates
+            return all(folded[w] == n for w, n in self._accepted.items())
+
+    # -- FoldedRound -----------------------------------------------------------------------
+
+    def updates(self) -> tuple[StreamedUpdate, ...]:
+        with self._lock:
+            return tuple(self._updates.values())
+
+    def model_keys(self) -> list[str]:
+        with self._lock:
+            return sorted({key for _, key in self._partials})
+
+    def average(self, key: str, *, index: int = 0) -> FloatArray:
+        """θ + Σ_w W_w m_w / Σ_w W_w over the workers' partial sums of ``key``."""
+        with self._lock:
+            parts = [
+                (p.weight, mean)
+                for (_, k), (p, mean) in self._partials.items()
+                if k == key and p.closing == self._closing
+            ]
+        if not parts:
+            raise KeyError(key)
+        weight = sum(w for w, _ in parts)
+        total = np.zeros(len(self.models[key]), dtype=np.float64)
+        for w, mean in parts:
+            total += w * mean.astype(np.float64)
+        step = total / weight if weight > 0 else total
+        return np.asarray(self.models[key].astype(np.float64) + step, dtype=np.float32)
+
+    def report(self, key: str) -> AggregateReport:
+        with self._lock:
+            parts = [
+                p
+                for (_, k), (p, _) in self._partials.items()
+                if k == key and p.closing == self._closing
+            ]
+        return AggregateReport(
+            sum(p.updates for p in parts),
+            sum(p.clipped for p in parts),
+            sum(p.capped for p in parts),
+        )
+
+    def next_bounds(self, key: str) -> StreamBounds:
+        return lower_medians(self.updates(), key, self.bounds.get(key, StreamBounds()))

@@ -1,0 +1,64 @@
+"""``faultfleet ingest-worker``: one ingest worker process (MQTT 5, shared subscription).
+
+Runs an :class:`~coordinator.adapters.ingest_worker.IngestWorker` on its own connection
+until stopped; N such processes, on one host or several, share the agents' fit updates
+through the broker (docs/deploy.md, "Ingest workers").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from coordinator.adapters.ingest_worker import IngestWorker
+from coordinator.adapters.journal import RoundJournal
+from coordinator.runtime.ingest_settings import IngestWorkerSettings
+from faultfleet.wire.mqtt import MqttConnection
+from faultfleet.wire.topics import Topics
+
+logger = logging.getLogger(__name__)
+
+
+class IngestWorkerService:
+    """One ingest worker, wired to the broker the settings name.
+
+    Parameters
+    ----------
+    settings : IngestWorkerSettings
+    """
+
+    def __init__(self, settings: IngestWorkerSettings) -> None:
+        self.settings = settings
+        self.connection = MqttConnection(
+            client_id=f"faultfleet-ingest-{settings.worker_id}",
+            settings=settings.broker,
+            mqtt5=True,
+        )
+        self.worker = IngestWorker(
+            self.connection,
+            Topics(settings.broker.topic_root),
+            worker_id=settings.worker_id,
+            journal=RoundJournal(settings.state_dir / settings.worker_id),
+            max_payload_bytes=settings.broker.max_payload_bytes,
+            check_threads=settings.check_threads,
+            share_group=settings.share_group,
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Take updates until ``stop`` is set, then finish the ones under way."""
+        self.worker.start()
+        self.connection.start()
+        logger.info(
+            "ingest worker %s sharing %s's results (group %s)",
+            self.settings.worker_id,
+            self.settings.broker.topic_root,
+            self.settings.share_group,
+        )
+        try:
+            stop.wait()
+        finally:
+            self.worker.close()
+            self.connection.stop()
+            logger.info(
+                "ingest worker %s stopped: %s", self.settings.worker_id, dict(self.worker.counts)
+            )

@@ -1,0 +1,87 @@
+"""``benchmarks/bench_all.py``: each benchmark's JSON turned into rows of one markdown table,
+checked on hand-made documents, and the whole path on the windowing benchmark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_all  # noqa: E402
+
+
+def test_ingest_rows_compare_our_receiver_with_the_raw_one_of_the_same_model() -> None:
+    document = {
+        "rows": [
+            {
+                "model": "compact",
+                "receiver": "mosquitto_sub",
+                "journal": "-",
+                "updates_per_s": 400.0,
+            },
+            {"model": "compact", "receiver": "paho, no-op", "journal": "-", "updates_per_s": 390.0},
+            {
+                "model": "compact",
+                "receiver": "MqttFleet.fit",
+                "journal": "disk",
+                "updates_per_s": 300.0,
+            },
+        ]
+    }
+
+    rows = bench_all.ingest_rows(document)
+
+    assert rows == [
+        ("ingest", "compact updates/s, journal disk (vs mosquitto_sub)", 300.0, 400.0, "higher")
+    ]
+
+
+def test_the_worker_rows_give_each_count_against_one_worker() -> None:
+    document = {
+        "rows": [
+            {"workers": 0, "updates_per_s": 500.0},
+            {"workers": 1, "updates_per_s": 200.0},
+            {"workers": 2, "updates_per_s": 340.0},
+        ]
+    }
+
+    rows = bench_all.ingest_workers_rows(document)
+    table = bench_all.table(rows, {"peers": "exit status 1"})
+
+    assert (
+        "| ingest_workers | 2 workers updates/s (vs 1 worker) | 340 | 200 | 1.70 | higher |"
+        in table
+    )
+    assert (
+        "| ingest_workers | 1 worker updates/s (vs mosquitto_sub) | 200 | 500 | 0.40 | higher |"
+        in table
+    )
+    assert "| peers | failed: exit status 1 | | | | |" in table
+
+
+@pytest.mark.integration
+def test_the_windowing_benchmark_ends_in_the_table(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_all.py"),
+            "--out",
+            str(tmp_path),
+            "--only",
+            "windowing",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = (tmp_path / "bench.md").read_text()
+    assert table.startswith("| benchmark | measure | ours | baseline | ratio | better |")
+    assert "| windowing | windows/s, L=" in table

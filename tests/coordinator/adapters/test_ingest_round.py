@@ -1,0 +1,124 @@
+"""The coordinator's merge of ingest workers' summaries and partial sums."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coordinator.adapters.ingest_round import IngestRound
+from coordinator.strategies.robust import AggregationPolicy
+from coordinator.strategies.streaming import UpdateStream
+from faultfleet.tasks import FitResult
+from faultfleet.wire.codec import encode_frame, encode_tensors
+from faultfleet.wire.ingest_messages import PartialSum, UpdateSummary
+from faultfleet.wire.messages import TensorEncoding
+
+BASE = np.zeros(6, dtype=np.float32)
+SKETCH = np.ones(3, dtype=np.float32) / np.sqrt(3)
+
+
+def merged() -> IngestRound:
+    tasks = {"t1": "a1", "t2": "a2", "t3": "a3"}
+    return IngestRound(
+        "r1", 2, {"global": BASE}, sketch_dim=3, max_payload_bytes=1 << 16, tasks=tasks
+    )
+
+
+def summary(worker: str, task: str, agent: str) -> bytes:
+    message = UpdateSummary(
+        run_id="r1",
+        server_round=2,
+        worker_id=worker,
+        task_id=task,
+        agent_id=agent,
+        model_key="global",
+        num_samples=10,
+        train_loss=0.1,
+        norm=1.0,
+    )
+    return encode_frame(message, encode_tensors({"sketch": SKETCH}, TensorEncoding()))
+
+
+def partial(worker: str, mean: float, weight: float, updates: int, closing: int) -> bytes:
+    message = PartialSum(
+        run_id="r1",
+        server_round=2,
+        worker_id=worker,
+        model_key="global",
+        weight=weight,
+        updates=updates,
+        closing=closing,
+    )
+    body = {"mean": np.full(6, mean, dtype=np.float32)}
+    return encode_frame(message, encode_tensors(body, TensorEncoding()))
+
+
+def test_a_second_summary_of_a_task_and_one_of_another_agent_are_refused() -> None:
+    round_ = merged()
+
+    for worker, task, agent in [("w1", "t1", "a1"), ("w2", "t1", "a1"), ("w2", "t2", "a9")]:
+        round_.on_message("s", summary(worker, task, agent))
+
+    assert [u.client_id for u in round_.updates()] == ["a1"]
+    assert round_.close_message().refused == {"w2": ("t1", "t2")}
+
+
+def test_the_partial_sums_merge_into_the_weighted_mean() -> None:
+    # Prepare: w1 folded 1 update (weight 10, mean +1), w2 two (weight 30, mean -1)
+    round_ = merged()
+    for worker, task, agent in [("w1", "t1", "a1"), ("w2", "t2", "a2"), ("w2", "t3", "a3")]:
+        round_.on_message("s", summary(worker, task, agent))
+    close = round_.close_message()
+
+    # Execute
+    round_.on_message("s", partial("w1", 1.0, 10.0, 1, close.closing))
+    halfway = round_.complete()
+    round_.on_message("s", partial("w2", -1.0, 30.0, 2, close.closing))
+
+    # Assert: (10 × 1 + 30 × -1) / 40 = -0.5
+    assert not halfway
+    assert round_.complete()
+    np.testing.assert_allclose(round_.average("global"), np.full(6, -0.5), atol=1e-7)
+    assert round_.report("global").updates == 3
+
+
+def test_a_summary_refused_after_the_close_asks_for_another() -> None:
+    # Prepare: the close went out; then w2's copy of t1 arrives, which w2 folded
+    round_ = merged()
+    round_.on_message("s", summary("w1", "t1", "a1"))
+    first = round_.close_message()
+    round_.on_message("s", summary("w2", "t1", "a1"))
+    round_.on_message("s", partial("w1", 1.0, 10.0, 1, first.closing))
+    round_.on_message("s", partial("w2", 1.0, 10.0, 1, first.closing))
+
+    # Execute
+    again = round_.must_close_again()
+    second = round_.close_message()
+    round_.on_message("s", partial("w1", 1.0, 10.0, 1, second.closing))
+    stale = round_.complete()  # w2's answer to the first close does not count
+    round_.on_message("s", partial("w2", 0.0, 0.0, 0, second.closing))
+
+    # Assert
+    assert again
+    assert not round_.must_close_again()
+    assert second.refused == {"w2": ("t1",)}
+    assert second.closing == first.closing + 1
+    assert stale is True  # w2 had nothing accepted: only w1's count matters
+    np.testing.assert_allclose(round_.average("global"), np.ones(6), atol=1e-7)
+
+
+def test_one_worker_gives_what_one_process_folds() -> None:
+    rng = np.random.default_rng(0)
+    stream = UpdateStream(2, {"global": BASE}, AggregationPolicy(), {})
+    for i in range(5):
+        weights = rng.standard_normal(6).astype(np.float32)
+        stream.add(FitResult(f"a{i}", "global", weights, None, 3 + i, 0.1, base=BASE))
+    mean, weight = stream.partial("global")
+    round_ = IngestRound("r1", 2, {"global": BASE}, sketch_dim=3, max_payload_bytes=1 << 16)
+
+    message = PartialSum(
+        run_id="r1", server_round=2, worker_id="w1", model_key="global", weight=weight, updates=5
+    )
+    round_.close_message()
+    round_.on_message("s", encode_frame(message, encode_tensors({"mean": mean}, TensorEncoding())))
+
+    np.testing.assert_allclose(round_.average("global"), stream.average("global"), atol=1e-6)
