@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from quality_separation import clustering_rounds
 
 from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.flacc_parameters import RULES
@@ -27,19 +27,11 @@ from coordinator.strategies.flacc_parameters import RULES
 
 def step_seconds(document: dict[str, Any], rule: str) -> tuple[int, float]:
     """Rounds replayed before separation and the CPU seconds of their ``cluster_step``."""
-    ids = [str(c) for c in document["client_ids"]]
     strategy = FLACC(alpha0=0.0, n_sep=10, memory=10, rule=rule)
-    strategy.initialize(ids, lambda _: np.zeros(1, dtype=np.float32))
-    rng = np.random.default_rng(0)
     seconds, rounds = 0.0, 0
-    for record in document["rounds"]:
-        strategy.configure_round(int(record["round"]), [], rng)  # separates when due
-        if strategy.separated:
-            break
-        answered = np.asarray(record["clients"], dtype=np.intp)
-        cosine = np.asarray(record["cosine"], dtype=np.float64) if len(answered) else None
+    for server_round, answered, cosine in clustering_rounds(strategy, document):
         start = time.process_time()
-        strategy.cluster_step(int(record["round"]), answered, cosine)
+        strategy.cluster_step(server_round, answered, cosine)
         seconds += time.process_time() - start
         rounds += 1
     return rounds, seconds

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.flacc_parameters import RULES
 from coordinator.strategies.quality import assess
 from faultfleet.scoring import clustering_scores
+from faultfleet.types import Float64Array, IntArray
 
 GOOD_ARI = 1.0 - 1e-9
 BAD_ARI = 0.9
@@ -66,6 +67,23 @@ def from_results(path: Path) -> Run:
     )
 
 
+def clustering_rounds(
+    strategy: FLACC, document: dict[str, Any]
+) -> Iterator[tuple[int, IntArray, Float64Array | None]]:
+    """Start ``strategy`` on the recording's clients and yield each recorded round before
+    separation: the round, the clients that answered and their cosines (None if none)."""
+    ids = [str(c) for c in document["client_ids"]]
+    strategy.initialize(ids, lambda _: np.zeros(1, dtype=np.float32))
+    rng = np.random.default_rng(0)
+    for record in document["rounds"]:
+        strategy.configure_round(int(record["round"]), [], rng)  # separates when due
+        if strategy.separated:
+            return
+        answered = np.asarray(record["clients"], dtype=np.intp)
+        cosine = np.asarray(record["cosine"], dtype=np.float64) if len(answered) else None
+        yield int(record["round"]), answered, cosine
+
+
 def replay(
     path: Path,
     *,
@@ -81,15 +99,8 @@ def replay(
     strategy = FLACC(
         alpha0=alpha0, n_sep=n_sep, memory=memory, rule=rule, cohesion_share=cohesion_share
     )
-    strategy.initialize(ids, lambda _: np.zeros(1, dtype=np.float32))
-    rng = np.random.default_rng(0)
-    for record in document["rounds"]:
-        strategy.configure_round(int(record["round"]), [], rng)  # separates when due
-        if strategy.separated:
-            break
-        answered = np.asarray(record["clients"], dtype=np.intp)
-        cosine = np.asarray(record["cosine"], dtype=np.float64) if len(answered) else None
-        strategy.cluster_step(int(record["round"]), answered, cosine)
+    for server_round, answered, cosine in clustering_rounds(strategy, document):
+        strategy.cluster_step(server_round, answered, cosine)
     labels = strategy.cluster_labels()
     truth = dict(zip(ids, (int(g) for g in document["groups"]), strict=True))
     scores = clustering_scores(truth, labels)
