@@ -32,15 +32,12 @@ import argparse
 import json
 import logging
 import math
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -49,7 +46,13 @@ from soak_memory import RssSampler, RssTrend
 
 from faultfleet_apps.brokers.accounts import HISTORIAN
 from faultfleet_apps.brokers.launch import find_mosquitto, start_broker
-from faultfleet_apps.demo.fleet import DemoPlan, machine_slices, prepare_secrets, write_configs
+from faultfleet_apps.demo.fleet import (
+    DemoPlan,
+    child_process,
+    machine_slices,
+    prepare_secrets,
+    write_configs,
+)
 from faultfleet_apps.demo.monitor import FleetMonitor
 from faultfleet_apps.thread_policy import torch_threads, usable_cores
 
@@ -58,24 +61,9 @@ FIRST_CAMPAIGN_ROUNDS = 4
 KEEP_WINDOWS_BYTES = 4_000_000
 
 
-@contextmanager
-def child(command: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def child(command: list[str], log_path: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """A child process in its own session, stopped with SIGTERM (then SIGKILL) on exit."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            yield process
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+    return child_process(command, log_path, stop_timeout_s=60.0)
 
 
 def soak_configs(plan: DemoPlan, args: argparse.Namespace, coordinator: Path, agents: Path) -> None:

@@ -228,19 +228,7 @@ class IngestWorker:
             header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
             answer = parse_envelope(ANSWER_ADAPTER, header)
             assert isinstance(answer, FitUpdateMessage)  # journaled after the checks
-            weights = decode_tensors(
-                body, answer.encoding, {"weights": plan.n_params}, max_bytes=len(payload)
-            )["weights"]
-            base = stream.models[answer.model_key]
-            result = FitResult(
-                answer.agent_id,
-                answer.model_key,
-                weights,
-                None,
-                answer.num_samples,
-                answer.train_loss,
-                base=base,
-            )
+            result = _fit_result(answer, body, plan, stream, max_bytes=len(payload), copy=True)
             stream.retract(result)
             self.counts["retracted"] += 1
 
@@ -285,19 +273,8 @@ class IngestWorker:
             self._seen.add(answer.task_id)
         if answer.model_key not in stream.models:
             raise WireError(RejectReason.UNKNOWN_TASK, f"no model {answer.model_key!r} this round")
-        expected = {"weights": plan.n_params}
-        weights = decode_tensors(
-            body, answer.encoding, expected, max_bytes=self.max_payload_bytes, copy=False
-        )["weights"]
-        base = stream.models[answer.model_key]
-        result = FitResult(
-            answer.agent_id,
-            answer.model_key,
-            weights,
-            None,
-            answer.num_samples,
-            answer.train_loss,
-            base=base,
+        result = _fit_result(
+            answer, body, plan, stream, max_bytes=self.max_payload_bytes, copy=False
         )
         return _Accepted(answer, result, payload)
 
@@ -336,3 +313,28 @@ class IngestWorker:
 
     def _summaries(self) -> str:
         return self.topics.ingest_summaries(self.worker_id)
+
+
+def _fit_result(
+    answer: FitUpdateMessage,
+    body: memoryview | bytes,
+    plan: IngestPlan,
+    stream: UpdateStream,
+    *,
+    max_bytes: int,
+    copy: bool,
+) -> FitResult:
+    """The update of a checked fit answer: its weights decoded from ``body`` (a view of the
+    message unless ``copy``), Δθ derived against the round's model it trained."""
+    weights = decode_tensors(
+        body, answer.encoding, {"weights": plan.n_params}, max_bytes=max_bytes, copy=copy
+    )["weights"]
+    return FitResult(
+        answer.agent_id,
+        answer.model_key,
+        weights,
+        None,
+        answer.num_samples,
+        answer.train_loss,
+        base=stream.models[answer.model_key],
+    )

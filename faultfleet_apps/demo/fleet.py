@@ -27,8 +27,8 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -180,13 +180,20 @@ def write_configs(plan: DemoPlan, broker: RunningBroker, secrets: DemoSecrets) -
 
 
 @contextmanager
-def _process(command: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process (its own process group) stopped with SIGTERM on the way out."""
+def child_process(
+    command: list[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    stop_timeout_s: float = 30.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (its own process group, output to ``log_path``) stopped with SIGTERM
+    on the way out, SIGKILL after ``stop_timeout_s``; ``env`` is added to this process's."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
         )
         try:
             yield process
@@ -194,10 +201,15 @@ def _process(command: list[str], log_path: Path) -> Iterator[subprocess.Popen[by
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:
-                    process.wait(timeout=30)
+                    process.wait(timeout=stop_timeout_s)
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+def _process(command: list[str], log_path: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """A service of the demo fleet: one OpenMP thread unless told otherwise."""
+    return child_process(command, log_path, env={"OMP_NUM_THREADS": "1"})
 
 
 def machine_slices(machines: int, parts: int) -> list[str]:
