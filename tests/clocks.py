@@ -77,8 +77,13 @@ class FakeClock:
 class ManualClock:
     """A thread-safe clock that moves only when the test calls :meth:`advance`.
 
-    A wait blocks until the waitable wakes it or the test advanced time past the wait's
-    end; it looks at the time every 10 ms of real time.
+    A wait on an event blocks until the event is set or the test advanced time past the
+    wait's end; it looks at the time every 10 ms of real time. A wait on a condition returns
+    after one such slice even when nobody notified it, as a condition wait may: the caller
+    re-checks what it waits for and waits again. Waiting on across slices would lose a
+    notify that comes just as a slice times out (``threading.Condition`` hands it to a
+    waiter that is already giving up), and with time standing still that wait would never
+    end.
     """
 
     _SLICE_S = 0.01
@@ -108,13 +113,14 @@ class ManualClock:
             return list(self._waiting)
 
     def wait(self, waitable: Waitable, timeout_s: float) -> bool:
-        """Wait until ``waitable`` wakes (True) or this clock passes the wait's end (False)."""
+        """Wait until ``waitable`` wakes (True) or this clock passes the wait's end (False);
+        a condition wakes after at most one 10 ms slice (see the class docstring)."""
         with self._lock:
             end_s = self._now_s + timeout_s
             self._waiting.append(end_s)
         try:
             while self.monotonic() < end_s:
-                if waitable.wait(self._SLICE_S):
+                if waitable.wait(self._SLICE_S) or not isinstance(waitable, threading.Event):
                     return True
             return False
         finally:
