@@ -260,7 +260,8 @@ class MqttFleet:
         self, server_round: int, tasks: Sequence[FitTask], stream: UpdateStream
     ) -> FitOutcome:
         """As :meth:`fit`, each update folded into ``stream`` once journaled (or replayed),
-        and not kept: the outcome's results are empty."""
+        and not kept: the outcome's results are empty. With ingest workers, the workers
+        journal and fold the updates and their merged round is taken into ``stream``."""
         frames = self.frames.fit(server_round, tasks)
         with self._dispatching:
             if self.ingest is not None:
