@@ -78,7 +78,8 @@ class ManualClock:
     """A thread-safe clock that moves only when the test calls :meth:`advance`.
 
     A wait blocks until the waitable wakes it or the test advanced time past the wait's
-    end; it looks at the time every 10 ms of real time.
+    end; it looks at the time every 10 ms of real time. A wait on a condition returns after
+    at most 10 ms (a spurious wakeup: its caller checks its predicate again).
     """
 
     _SLICE_S = 0.01
@@ -115,6 +116,11 @@ class ManualClock:
         try:
             while self.monotonic() < end_s:
                 if waitable.wait(self._SLICE_S):
+                    return True
+                if isinstance(waitable, threading.Condition):
+                    # A notify that races a slice's timeout is lost (CPython's Condition
+                    # drops it), so hand back a spurious wakeup, which every condition wait
+                    # tolerates: its caller looks at its predicate again.
                     return True
             return False
         finally:

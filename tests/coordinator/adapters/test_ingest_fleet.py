@@ -9,6 +9,7 @@ time is a :class:`~tests.clocks.ManualClock` the test moves.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -223,35 +224,48 @@ def test_a_worker_that_sends_no_partial_sums_is_left_out_at_the_close_timeout(
     fleet, ingest, metrics = driven_fleet(tmp_path, clock)
     tasks = [FitTask(a, {"global": START}, TrainConfig(), seed=1) for a in ("a", "b")]
     stream = UpdateStream(1, {"global": START}, AggregationPolicy(), {}, SKETCHER)
-    outcome: list[FitOutcome] = []
-    thread = threading.Thread(target=lambda: outcome.append(fleet.fit_streaming(1, tasks, stream)))
+    outcome: list[FitOutcome | BaseException] = []
+
+    def run_round() -> None:
+        try:
+            outcome.append(fleet.fit_streaming(1, tasks, stream))
+        except BaseException as error:  # re-raised below, in the test's thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=run_round)
     link = ingest.link
+    connection = fleet.answers.connection
+    assert isinstance(connection, RecordingConnection)
 
     def deliver(worker: str, payload: bytes) -> None:
         link._on_summary(TOPICS.ingest_summaries(worker), payload, worker=worker)
 
+    def until(predicate: Callable[[], bool], what: str) -> None:
+        wait_until(lambda: predicate() or bool(outcome), 120, what)
+        if outcome and isinstance(outcome[0], BaseException):
+            raise outcome[0]
+
     # Execute: both workers take the plan and summarise an update each; w1 answers the
     # close, w2 (dead) never does
     thread.start()
-    wait_until(lambda: bool(clock.waiting_until()), 30, "the wait for the workers")
+    until(lambda: bool(clock.waiting_until()), "the wait for the workers")
     for worker in ("w1", "w2"):
         deliver(worker, encode_frame(IngestReady(run_id="run-1", server_round=1, worker_id=worker)))
-    wait_until(lambda: fleet.waiting_for() == ["a", "b"], 30, "the round's tasks")
+    until(lambda: fleet.waiting_for() == ["a", "b"], "the round's tasks")
     pending = {p.agent_id: p for p in fleet.answers._collection.pending.values()}
     deliver("w1", summary("w1", pending["a"]))
     deliver("w2", summary("w2", pending["b"]))
-    connection = fleet.answers.connection
-    assert isinstance(connection, RecordingConnection)
-    wait_until(lambda: TOPICS.ingest_plan() in connection.published[1:], 30, "the close")
+    until(lambda: TOPICS.ingest_plan() in connection.published[1:], "the close")
     deliver("w1", partial("w1", 2.0, updates=1))
-    wait_until(lambda: bool(clock.waiting_until()), 30, "the wait for the partial sums")
+    until(lambda: bool(clock.waiting_until()), "the wait for the partial sums")
     open_before_timeout = thread.is_alive()
     clock.advance(7.0)
-    thread.join(30)
+    thread.join(120)
 
     # Assert: the round closes without w2: b's task failed, the average is w1's alone
     assert open_before_timeout
-    ((fit,),) = [outcome]
+    (fit,) = outcome
+    assert isinstance(fit, FitOutcome)
     assert [(f.client_id, f.reason) for f in fit.failures] == [
         ("b", "its ingest worker w2 sent no partial sums")
     ]
