@@ -7,19 +7,26 @@ streaming.UpdateStream` (its models, robust policy, bounds and sketcher) into th
 an :class:`~coordinator.adapters.ingest_round.IngestRound` that the strategy takes in its
 place (``aggregate_stream``). The coordinator sees a summary of a few hundred bytes per
 update and one partial sum per worker and model instead of every update.
+
+Started with the ids of its workers, it listens to those workers' summaries topics only,
+and a summary must name the worker whose topic it came on. A worker that does not answer
+the close within the close's timeout (it died, or lost its connection) is left out of the
+round (:meth:`~coordinator.adapters.ingest_round.IngestRound.drop_silent`): the round
+closes without its partial sums and the updates it summarised.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from coordinator.adapters.ingest_round import IngestRound
 from coordinator.strategies.streaming import UpdateStream
+from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.wire.codec import WireError, encode_frame, encode_tensors
-from faultfleet.wire.ingest_messages import IngestPlan, StreamBoundsNote
+from faultfleet.wire.ingest_messages import IngestPlan, StreamBoundsNote, UpdateSummary
 from faultfleet.wire.messages import TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
@@ -36,8 +43,8 @@ class IngestCoordinator:
         The coordinator's connection; :meth:`start` adds the summaries route.
     topics : Topics
     max_payload_bytes : int
-    monotonic : callable returning seconds
-        The clock deadlines are measured on.
+    clock : Clock
+        Measures the waits for the workers (injected for tests).
     """
 
     def __init__(
@@ -46,23 +53,33 @@ class IngestCoordinator:
         topics: Topics,
         *,
         max_payload_bytes: int,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.connection = connection
         self.topics = topics
         self.max_payload_bytes = max_payload_bytes
-        self.monotonic = monotonic
+        self.clock = clock
         self._changed = threading.Condition()
         self._round: IngestRound | None = None
 
-    def start(self) -> None:
-        """Route the workers' summaries (before the connection starts)."""
-        self.connection.route(self.topics.all_ingest_summaries(), self._on_summary)
+    def start(self, workers: Sequence[str] | None = None) -> None:
+        """Route the summaries of ``workers`` (None: of any worker)."""
+        if workers is None:
+            self.connection.route(self.topics.all_ingest_summaries(), self._on_summary)
+        for worker in workers or ():
+            handler = partial(self._on_summary, worker=worker)
+            self.connection.route(self.topics.ingest_summaries(worker), handler)
 
     def open_round(
-        self, run_id: str, stream: UpdateStream, *, tasks: Mapping[str, str] | None = None
+        self,
+        run_id: str,
+        stream: UpdateStream,
+        *,
+        tasks: Mapping[str, str] | None = None,
+        admit: Callable[[UpdateSummary], bool] | None = None,
     ) -> IngestRound:
-        """Publish the plan of ``stream``'s round (retained, acknowledged) and collect it.
+        """Publish the plan of ``stream``'s round (retained, acknowledged) and collect it;
+        ``tasks`` and ``admit`` as :class:`IngestRound` takes them.
 
         Raises
         ------
@@ -96,6 +113,7 @@ class IngestCoordinator:
             bounds=stream.bounds,
             max_payload_bytes=self.max_payload_bytes,
             tasks=tasks,
+            admit=admit,
         )
         with self._changed:
             self._round = merged
@@ -108,52 +126,52 @@ class IngestCoordinator:
     def wait_for(self, predicate: Callable[[IngestRound], bool], timeout_s: float) -> bool:
         """Block until ``predicate`` holds for the open round (re-checked on every summary)
         or ``timeout_s`` seconds pass; returns whether it holds."""
-        deadline = self.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         with self._changed:
             while self._round is None or not predicate(self._round):
-                left = deadline - self.monotonic()
+                left = deadline - self.clock.monotonic()
                 if left <= 0:
                     return False
-                self._changed.wait(left)
+                self.clock.wait(self._changed, left)
             return True
 
     def close_round(self, timeout_s: float) -> IngestRound:
         """Close the open round and wait for every worker's partial sums; closes again when
-        a summary is refused after a close.
-
-        Raises
-        ------
-        TimeoutError
-            The partial sums did not come within ``timeout_s`` seconds.
-        """
+        a summary is refused after a close. Workers whose partial sums did not come within
+        ``timeout_s`` seconds are left out of the round (see its ``dropped``)."""
         merged = self._round
         if merged is None:
             raise RuntimeError("no ingest round is open")
-        deadline = self.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while True:
             message = merged.close_message()
             self.connection.publish_wait(
                 self.topics.ingest_plan(), encode_frame(message), retain=True
             )
-            left = deadline - self.monotonic()
+            left = deadline - self.clock.monotonic()
             settled = self.wait_for(lambda r: r.complete() or r.must_close_again(), left)
             if not settled:
-                raise TimeoutError(
-                    f"ingest workers sent no complete partial sums of round "
-                    f"{merged.server_round} within {timeout_s:g} s"
-                )
-            if merged.complete() and not merged.must_close_again():
+                for worker, tids in merged.drop_silent().items():
+                    logger.warning(
+                        "round %d: ingest worker %s sent no partial sums within %g s of the "
+                        "close; its %d update(s) are left out of the round",
+                        merged.server_round,
+                        worker,
+                        timeout_s,
+                        len(tids),
+                    )
+            if merged.complete() and (not settled or not merged.must_close_again()):
                 with self._changed:
                     self._round = None
                 return merged
 
-    def _on_summary(self, topic: str, payload: bytes) -> None:
+    def _on_summary(self, topic: str, payload: bytes, *, worker: str | None = None) -> None:
         with self._changed:
             merged = self._round
         if merged is None:
             return
         try:
-            merged.on_message(topic, payload)
+            merged.on_message(topic, payload, worker=worker)
         except WireError as error:
             logger.info("refused an ingest summary on %s: %s", topic, error)
         with self._changed:

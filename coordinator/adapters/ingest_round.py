@@ -14,19 +14,28 @@ a redelivered answer to another worker), of an agent the task was sent to when t
 tasks are given. The others are refused, and :meth:`IngestRound.close_message` names them
 to their workers, which take them out of their partial sums before sending them. The round
 is complete when each worker's partial sums hold exactly the updates accepted from it.
+A driven round (:mod:`coordinator.adapters.ingest_fleet`) also asks its ``admit`` hook,
+the coordinator's bookkeeping of the round's tasks, before it counts a summary; a worker
+that never answers the close is dropped (:meth:`IngestRound.drop_silent`) with the updates
+it summarised.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from coordinator.strategies.robust import AggregateReport
-from coordinator.strategies.streaming import StreamBounds, StreamedUpdate, lower_medians
-from faultfleet.types import FloatArray
+from coordinator.strategies.streaming import (
+    PartialTotal,
+    StreamBounds,
+    StreamedUpdate,
+    lower_medians,
+)
+from faultfleet.types import Float64Array, FloatArray
 from faultfleet.wire.codec import (
     RejectReason,
     WireError,
@@ -61,6 +70,9 @@ class IngestRound:
     tasks : mapping of task id to agent id, optional
         The round's fit tasks: a summary of another task, or of another agent, is refused.
         None takes every task.
+    admit : callable, optional
+        ``admit(summary)``: whether the first summary of a task counts (False refuses it);
+        called under the round's lock, one summary at a time. None admits every one.
     """
 
     def __init__(
@@ -73,8 +85,10 @@ class IngestRound:
         bounds: Mapping[str, StreamBounds] | None = None,
         max_payload_bytes: int,
         tasks: Mapping[str, str] | None = None,
+        admit: Callable[[UpdateSummary], bool] | None = None,
     ) -> None:
         self.run_id = run_id
+        self.admit = admit
         self.server_round = server_round
         self.models = dict(models)
         self.sketch_dim = sketch_dim
@@ -83,6 +97,8 @@ class IngestRound:
         self._lock = threading.Lock()
         self.tasks = None if tasks is None else dict(tasks)
         self._updates: dict[str, StreamedUpdate] = {}
+        self._by_worker: dict[str, str] = {}
+        self._dropped: dict[str, tuple[str, ...]] = {}
         self._accepted: Counter[str] = Counter()
         self._refused: defaultdict[str, list[str]] = defaultdict(list)
         self._closing = -1
@@ -90,16 +106,24 @@ class IngestRound:
         self._closed_refusals = 0
         self._partials: dict[tuple[str, str], tuple[PartialSum, FloatArray]] = {}
 
-    def on_message(self, topic: str, payload: bytes) -> None:
-        """Take one message of ``{root}/ingest/+/summaries``.
+    def on_message(self, topic: str, payload: bytes, *, worker: str | None = None) -> None:
+        """Take one message of ``{root}/ingest/+/summaries`` (of ``worker``'s topic, when
+        given: a message naming another worker is refused).
 
         Raises
         ------
         WireError
-            A message that does not parse, or of another run or round.
+            A message that does not parse, of another run or round, or of another worker
+            than its topic's, or of a dropped worker.
         """
         header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
         message = parse_envelope(SUMMARY_ADAPTER, header)
+        if worker is not None and message.worker_id != worker:
+            raise WireError(
+                RejectReason.UNKNOWN_TASK, f"{message.worker_id!r} wrote on {worker!r}'s topic"
+            )
+        if message.worker_id in self._dropped:
+            raise WireError(RejectReason.LATE, f"{message.worker_id!r} was dropped")
         if (message.run_id, message.server_round) != (self.run_id, self.server_round):
             raise WireError(
                 RejectReason.LATE,
@@ -143,10 +167,15 @@ class IngestRound:
         tid = message.task_id
         with self._lock:
             known = self.tasks is None or self.tasks.get(tid) == message.agent_id
-            if tid in self._updates or not known:
+            # The hook first: it counts every refusal it makes (a duplicate included).
+            admitted = (
+                (self.admit is None or self.admit(message)) and known and tid not in self._updates
+            )
+            if not admitted:
                 self._refused[message.worker_id].append(tid)
                 return
             self._updates[tid] = update
+            self._by_worker[tid] = message.worker_id
             self._accepted[message.worker_id] += 1
 
     def close_message(self) -> IngestClose:
@@ -170,12 +199,39 @@ class IngestRound:
     def complete(self) -> bool:
         """Whether each worker's partial sums, answering the last close, hold exactly the
         updates accepted from it."""
+        return not self.silent()
+
+    def silent(self) -> set[str]:
+        """Workers whose partial sums, answering the last close, do not (yet) hold exactly
+        the updates accepted from them."""
         with self._lock:
             folded: Counter[str] = Counter()
             for (worker, _), (partial, _) in self._partials.items():
                 if partial.closing == self._closing:
                     folded[worker] += partial.updates
-            return all(folded[w] == n for w, n in self._accepted.items())
+            return {w for w, n in self._accepted.items() if folded[w] != n}
+
+    def drop_silent(self) -> dict[str, tuple[str, ...]]:
+        """Leave the :meth:`silent` workers out of the round: their summaries no longer
+        count, their partial sums (now or later) are ignored. Returns the task ids of the
+        updates they summarised, by worker."""
+        silent = self.silent()
+        with self._lock:
+            for worker in silent:
+                tids = tuple(t for t, w in self._by_worker.items() if w == worker)
+                for tid in tids:
+                    del self._updates[tid], self._by_worker[tid]
+                self._accepted.pop(worker, None)
+                self._dropped[worker] = tids
+                for key in [k for k in self._partials if k[0] == worker]:
+                    del self._partials[key]
+            return {w: self._dropped[w] for w in silent}
+
+    @property
+    def dropped(self) -> dict[str, tuple[str, ...]]:
+        """The workers :meth:`drop_silent` left out, with their tasks."""
+        with self._lock:
+            return dict(self._dropped)
 
     # -- FoldedRound -----------------------------------------------------------------------
 
@@ -184,38 +240,39 @@ class IngestRound:
             return tuple(self._updates.values())
 
     def model_keys(self) -> list[str]:
-        with self._lock:
-            return sorted({key for _, key in self._partials})
+        return sorted(k for k, part in self.totals().items() if part.report.updates > 0)
 
     def average(self, key: str, *, index: int = 0) -> FloatArray:
         """θ + Σ_w W_w m_w / Σ_w W_w over the workers' partial sums of ``key``."""
-        with self._lock:
-            parts = [
-                (p.weight, mean)
-                for (_, k), (p, mean) in self._partials.items()
-                if k == key and p.closing == self._closing
-            ]
-        if not parts:
+        part = self.totals().get(key)
+        if part is None:
             raise KeyError(key)
-        weight = sum(w for w, _ in parts)
-        total = np.zeros(len(self.models[key]), dtype=np.float64)
-        for w, mean in parts:
-            total += w * mean.astype(np.float64)
-        step = total / weight if weight > 0 else total
+        step = part.total / part.weight if part.weight > 0 else part.total
         return np.asarray(self.models[key].astype(np.float64) + step, dtype=np.float32)
 
-    def report(self, key: str) -> AggregateReport:
+    def totals(self) -> dict[str, PartialTotal]:
+        """Per model key, Σ_w W_w m_w (float64), Σ_w W_w and the rules' tally over the
+        partial sums answering the last close."""
         with self._lock:
             parts = [
-                p
-                for (_, k), (p, _) in self._partials.items()
-                if k == key and p.closing == self._closing
+                (p, mean) for (p, mean) in self._partials.values() if p.closing == self._closing
             ]
-        return AggregateReport(
-            sum(p.updates for p in parts),
-            sum(p.clipped for p in parts),
-            sum(p.capped for p in parts),
-        )
+        sums: dict[str, Float64Array] = {}
+        weights: dict[str, float] = {}
+        reports: dict[str, AggregateReport] = {}
+        for p, mean in parts:
+            key = p.model_key
+            if key not in sums:
+                sums[key] = np.zeros(len(self.models[key]), dtype=np.float64)
+                weights[key], reports[key] = 0.0, AggregateReport()
+            sums[key] += p.weight * mean.astype(np.float64)
+            weights[key] += p.weight
+            reports[key] += AggregateReport(p.updates, p.clipped, p.capped)
+        return {k: PartialTotal(sums[k], weights[k], reports[k]) for k in sums}
+
+    def report(self, key: str) -> AggregateReport:
+        part = self.totals().get(key)
+        return AggregateReport() if part is None else part.report
 
     def next_bounds(self, key: str) -> StreamBounds:
         return lower_medians(self.updates(), key, self.bounds.get(key, StreamBounds()))

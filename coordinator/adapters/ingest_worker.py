@@ -25,8 +25,9 @@ run and round, the model key, the tensors. What needs the coordinator's bookkeep
 the task open, was it answered already (QoS 1 may redeliver to another worker), did the
 agent claim more samples than it declared, is the quorum met — stays with the coordinator,
 which reads it from the summaries; a worker drops a second copy of a task it saw itself.
-Only fit updates are handled; a worker counts other answers (evaluations, probes,
-failures) and leaves them to the coordinator (docs/deploy.md, "Ingest workers").
+Only fit updates are folded; a worker forwards every other answer (evaluations, probes,
+failures) unchanged to the coordinator on ``{root}/ingest/{worker}/answers/{agent}``
+(docs/deploy.md, "Ingest workers").
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class IngestWorker:
         self.max_payload_bytes = max_payload_bytes
         self.share_group = share_group
         self.counts: Counter[str] = Counter()
-        """Messages by outcome: ``accepted``, ``not_fit`` and the rejection reasons."""
+        """Messages by outcome: ``accepted``, ``forwarded`` (not fit updates) and the rejection
+        reasons."""
         self._lock = threading.Lock()
         self._plan: IngestPlan | None = None
         self._stream: UpdateStream | None = None
@@ -256,7 +258,7 @@ class IngestWorker:
         header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
         answer = parse_envelope(ANSWER_ADAPTER, header)
         if not isinstance(answer, FitUpdateMessage):
-            self.counts["not_fit"] += 1
+            self._forward_answer(topic, payload)
             return None
         if self.topics.agent_of(topic) != answer.agent_id:
             raise WireError(RejectReason.UNKNOWN_TASK, f"update of {answer.agent_id!r} on {topic}")
@@ -277,6 +279,16 @@ class IngestWorker:
             answer, body, plan, stream, max_bytes=self.max_payload_bytes, copy=False
         )
         return _Accepted(answer, result, payload)
+
+    def _forward_answer(self, topic: str, payload: bytes) -> None:
+        """Hand an answer other than a fit update (evaluation, probe, failure) to the
+        coordinator unchanged, on a topic naming the agent topic it came from; the
+        coordinator checks it as if it had received it there."""
+        agent = self.topics.agent_of(topic)
+        if agent is None:
+            raise WireError(RejectReason.UNKNOWN_TASK, f"an answer on {topic}")
+        self.connection.publish(self.topics.forwarded_answer(self.worker_id, agent), payload)
+        self.counts["forwarded"] += 1
 
     def _forward(self, batch: Sequence[_Accepted]) -> None:
         """Writer thread: fold the journaled updates and send their summaries."""

@@ -216,6 +216,15 @@ class CoordinatorMetrics:
             "status arrived (after a broker restart or a reconnection).",
             registry=reg,
         )
+        self.ingest_workers_missing = Counter(
+            "faultfleet_ingest_workers_missing_total",
+            "Ingest workers missing from a fit round, by stage: plan (did not take it in "
+            "time) or close (sent no partial sums; their updates were left out).",
+            ["stage"],
+            registry=reg,
+        )
+        for stage in ("plan", "close"):
+            self.ingest_workers_missing.labels(stage=stage)
         for state in AGENT_STATES:
             self.agents_by_state.labels(state=state).set(0)
         self.build_info = register_standard_metrics(reg)

@@ -26,9 +26,9 @@ or the answers, when it restarted — the agent reconnecting announces itself ag
 reconnecting coordinator receives every retained status anew. The agent answers a repeated
 task once (:mod:`edge_agent.task_worker`); a second answer is ignored as a duplicate.
 
-Building a collector starts nothing: :meth:`AnswerCollector.start` routes the answers topic
-to it and starts its worker threads and journal writer thread, :meth:`AnswerCollector.close`
-stops them (its owner, the fleet, calls both).
+With ingest workers (:mod:`coordinator.adapters.ingest_fleet`) the collector leaves the
+results topic to them: they forward every other answer to :meth:`AnswerCollector.receive`,
+and their summaries settle fit tasks (:meth:`AnswerCollector.settle_streamed`).
 """
 
 from __future__ import annotations
@@ -90,8 +90,7 @@ class AnswerCollector:
     max_payload_bytes : int
         Larger answers are rejected as oversized.
     round_clock : Clock
-        Measures the round deadline (monotonic time) and waits for answers; the system
-        clock by default.
+        Measures the round deadline and waits for answers; the system clock by default.
     clock : callable
         Unix time in seconds: the ``issued_at`` of a task sent again.
     declared_samples : callable, optional
@@ -146,9 +145,10 @@ class AnswerCollector:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Take answers: route ``agents/+/results`` here, start the worker threads that check
-        them and the journal writer thread.
+    def start(self, *, results: bool = True) -> None:
+        """Take answers: route ``agents/+/results`` here (unless ``results`` is False: ingest
+        workers take that topic and forward the answers to :meth:`receive`), start the
+        worker threads that check them and the journal writer thread.
 
         Raises
         ------
@@ -157,12 +157,12 @@ class AnswerCollector:
         """
         self._writer.start()
         self._workers.start()
-        self.connection.route(self.topics.all_results(), self._receive)
+        if results:
+            self.connection.route(self.topics.all_results(), self.receive)
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker threads once they have checked what they hold, then the journal
-        writer once it has written what it holds (each waits at most ``timeout_s``
-        seconds); answers arriving later are no longer journaled."""
+        """Stop the checking threads, then the journal writer, once each is done with what
+        it holds (waiting at most ``timeout_s`` seconds each)."""
         self._workers.close(timeout_s)
         self._writer.close(timeout_s)
 
@@ -204,7 +204,7 @@ class AnswerCollector:
             try:
                 bytes_down += self.connection.publish(self.topics.tasks(pending.agent_id), payload)
             except (ValueError, RuntimeError) as error:
-                self._fail(pending.task_id, f"task could not be sent: {error}")
+                self.fail(pending.task_id, f"task could not be sent: {error}")
         self.metrics.payload_sent_bytes.inc(bytes_down)
         with self._answered:
             while not (self._aborted or self._collection.finished()):
@@ -235,10 +235,8 @@ class AnswerCollector:
             return sorted({p.agent_id for p in self._collection.pending.values() if not p.done})
 
     def abort(self) -> None:
-        """Stop waiting: the round in progress (and any later one) raises RoundAbortedError.
-
-        Accepted updates stay in the journal, so a restarted coordinator replays the round.
-        """
+        """Stop waiting: the round in progress (and any later one) raises RoundAbortedError;
+        accepted updates stay in the journal, so a restarted coordinator replays the round."""
         with self._answered:
             self._aborted = True
             self._answered.notify_all()
@@ -255,13 +253,8 @@ class AnswerCollector:
 
     def _resend(self, agent_id: str) -> None:
         with self._lock:
-            frames = [
-                self._sent[p.task_id]
-                for p in self._collection.pending.values()
-                if p.agent_id == agent_id
-                and not (p.done or p.journaling)
-                and p.task_id in self._sent
-            ]
+            unanswered = self._collection.unanswered(agent_id)
+            frames = [self._sent[p.task_id] for p in unanswered if p.task_id in self._sent]
         send_again(self.connection, self.topics.tasks(agent_id), frames, self.clock, self.metrics)
 
     def agent_offline(self, agent_id: str) -> None:
@@ -274,19 +267,19 @@ class AnswerCollector:
 
     def _fail_agent(self, agent_id: str) -> None:
         with self._answered:
-            for pending in self._collection.pending.values():
-                if pending.agent_id == agent_id and not pending.done and not pending.journaling:
-                    pending.failure = Failure(agent_id, "the agent went offline during the round")
+            for pending in self._collection.unanswered(agent_id):
+                pending.failure = Failure(agent_id, "the agent went offline during the round")
             self._answered.notify_all()
 
-    def _fail(self, tid: str, reason: str) -> None:
+    def fail(self, tid: str, reason: str) -> None:
+        """Fail task ``tid`` of the round in flight, unless it is settled or journaling."""
         with self._answered:
             pending = self._collection.pending.get(tid)
             if pending is not None and not pending.done and not pending.journaling:
                 pending.failure = Failure(pending.agent_id, reason)
             self._answered.notify_all()
 
-    def _receive(self, topic: str, payload: bytes) -> None:
+    def receive(self, topic: str, payload: bytes) -> None:
         """Network thread: queue a message on ``agents/+/results`` for the worker of its
         agent (waits while that worker's queue is full)."""
         agent = self.topics.agent_of(topic) or topic
@@ -319,9 +312,9 @@ class AnswerCollector:
                 RejectReason.UNKNOWN_TASK,
                 f"answer of agent {answer.agent_id!r} arrived on another agent's topic {topic}",
             )
-        pending = self._open_task(answer.task_id, answer.agent_id, answer.run_id)
+        pending = self.open_task(answer.task_id, answer.agent_id, answer.run_id)
         if isinstance(answer, TaskFailedMessage):
-            self._fail(pending.task_id, f"agent reported: {answer.reason}")
+            self.fail(pending.task_id, f"agent reported: {answer.reason}")
             return
         result = answer_result(
             pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
@@ -330,7 +323,7 @@ class AnswerCollector:
             # Updates replayed from the journal were checked when they arrived.
             problem = excess_samples(result, self.declared_samples(result.client_id))
             if problem is not None:
-                self._fail(pending.task_id, problem.agent_reason)
+                self.fail(pending.task_id, problem.agent_reason)
                 raise problem.error(pending.task_id)
         with self._answered:
             if self._collection.pending.get(pending.task_id) is not pending:
@@ -365,7 +358,7 @@ class AnswerCollector:
                 try:
                     stream.add(write.result)
                 except ValueError as error:
-                    self._fail(write.pending.task_id, f"its update could not be folded: {error}")
+                    self.fail(write.pending.task_id, f"its update could not be folded: {error}")
                     continue
                 write.pending.streamed = True
         with self._answered:
@@ -378,7 +371,20 @@ class AnswerCollector:
         if fits:
             self.metrics.updates_received.inc(fits)
 
-    def _open_task(self, tid: str, agent_id: str, run_id: str) -> Pending:
+    def settle_streamed(self, pending: Pending) -> bool:
+        """Count ``pending`` as answered by an update folded elsewhere (an ingest worker's,
+        :mod:`coordinator.adapters.ingest_fleet`); False when it closed or was settled."""
+        with self._answered:
+            if self._collection.pending.get(pending.task_id) is not pending or pending.done:
+                return False
+            pending.streamed = True
+            self._answered.notify_all()
+        self.metrics.updates_received.inc()
+        return True
+
+    def open_task(self, tid: str, agent_id: str, run_id: str) -> Pending:
+        """The open task ``tid`` of ``agent_id``; a WireError (duplicate, late, unknown)
+        for any other."""
         with self._lock:
             pending = self._collection.pending.get(tid)
             if pending is not None and pending.agent_id == agent_id:

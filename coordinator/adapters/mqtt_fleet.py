@@ -12,6 +12,10 @@ as soon as they are journaled, and their messages freed. Probes (losses and grad
 are collected the same way but not journaled. Updates the journal holds for a round
 interrupted by a restart are replayed from there, not asked for again.
 
+With ingest workers (``ingest``, :mod:`coordinator.adapters.ingest_fleet`) a streaming
+round's updates go to the workers instead, which journal and fold them; the fleet leaves
+the results topic to them and takes the answers they forward.
+
 A round with fewer updates than the quorum raises :class:`QuorumError`; the service retries
 it.
 """
@@ -23,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from coordinator.adapters.ingest_fleet import WorkerIngest
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_answers import AnswerCollector
@@ -32,6 +37,7 @@ from coordinator.adapters.round_tasks import Pending, QuorumError
 from coordinator.adapters.task_frames import Frame, TaskFrames
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
+from faultfleet.errors import UsageError
 from faultfleet.tasks import (
     EvaluateOutcome,
     EvaluateResult,
@@ -80,6 +86,8 @@ class MqttFleet:
         Unix time in seconds, for the tasks' deadlines (injected for tests).
     round_clock : Clock
         Measures the round deadline and waits for answers (injected for tests).
+    ingest : WorkerIngest, optional
+        Ingest workers that take the streaming rounds' updates; None: the fleet takes them.
 
     Attributes
     ----------
@@ -106,8 +114,10 @@ class MqttFleet:
         max_payload_bytes: int,
         clock: Callable[[], float] = time.time,
         round_clock: Clock = SYSTEM_CLOCK,
+        ingest: WorkerIngest | None = None,
     ) -> None:
         self.registry = registry
+        self.ingest = ingest
         self.run_id = run_id
         self.journal = journal
         self.deadline_s = deadline_s
@@ -140,7 +150,9 @@ class MqttFleet:
 
     def start(self) -> MqttFleet:
         """Start taking the agents' answers (route and journal writer thread); returns self."""
-        self.answers.start()
+        self.answers.start(results=self.ingest is None)
+        if self.ingest is not None:
+            self.ingest.start(self.answers)
         return self
 
     def close(self) -> None:
@@ -234,6 +246,8 @@ class MqttFleet:
 
         Updates the journal holds for this round are taken from there, not asked for again.
         """
+        if self.ingest is not None:
+            raise UsageError("ingest workers take streamed rounds only (pairwise = 'sketch')")
         frames = self.frames.fit(server_round, tasks)
         collection, bytes_down = self._dispatch(frames, replay=self.journal.accepted())
         results = tuple(p.result for p in collection if isinstance(p.result, FitResult))
@@ -246,16 +260,20 @@ class MqttFleet:
         self, server_round: int, tasks: Sequence[FitTask], stream: UpdateStream
     ) -> FitOutcome:
         """As :meth:`fit`, each update folded into ``stream`` once journaled (or replayed),
-        and not kept: the outcome's results are empty."""
+        and not kept: the outcome's results are empty. With ingest workers, the workers
+        journal and fold the updates and their merged round is taken into ``stream``."""
         frames = self.frames.fit(server_round, tasks)
         with self._dispatching:
-            self.answers.stream = stream
-            try:
-                collection, bytes_down = self.answers.dispatch(
-                    frames, replay=self.journal.accepted()
-                )
-            finally:
-                self.answers.stream = None
+            if self.ingest is not None:
+                collection, bytes_down = self.ingest.fit(self.run_id, frames, stream)
+            else:
+                self.answers.stream = stream
+                try:
+                    collection, bytes_down = self.answers.dispatch(
+                        frames, replay=self.journal.accepted()
+                    )
+                finally:
+                    self.answers.stream = None
         failures = tuple(p.failure for p in collection if p.failure is not None)
         bytes_up = sum(p.bytes_up for p in collection)
         answered = {u.client_id for u in stream.updates()}

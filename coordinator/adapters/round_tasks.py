@@ -75,6 +75,14 @@ class Collection:
     def writing(self) -> bool:
         return any(p.journaling and not p.done for p in self.pending.values())
 
+    def unanswered(self, agent_id: str) -> list[Pending]:
+        """Tasks of ``agent_id`` neither settled nor being journaled."""
+        return [
+            p
+            for p in self.pending.values()
+            if p.agent_id == agent_id and not (p.done or p.journaling)
+        ]
+
 
 class ClosedTasks:
     """The last ``size`` task ids answered or expired, to tell late answers from unknown ones."""

@@ -1,18 +1,31 @@
-"""Settings of ``faultfleet ingest-worker``: a TOML file plus ``FAULTFLEET_INGEST_*`` overrides.
-
-Nested keys are overridden with a double underscore: ``FAULTFLEET_INGEST_BROKER__HOST=mq1``.
+"""Settings of ingest workers: ``faultfleet ingest-worker``'s (a TOML file plus
+``FAULTFLEET_INGEST_*`` overrides; nested keys with a double underscore:
+``FAULTFLEET_INGEST_BROKER__HOST=mq1``) and the coordinator's ``[ingest]`` section, which
+makes its fit rounds go through the workers (docs/deploy.md, "Ingest workers").
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from coordinator.adapters.ingest_coordinator import IngestCoordinator
+from coordinator.adapters.ingest_fleet import WorkerIngest
 from coordinator.adapters.ingest_worker import SHARE_GROUP
+from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.strategies.registry import make_strategy
+from coordinator.strategies.streaming import StreamingStrategy
+from faultfleet.clock import Clock
+from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings, FileSettings
+from faultfleet.wire.topics import Topics
+
+logger = logging.getLogger(__name__)
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
@@ -33,3 +46,86 @@ class IngestWorkerSettings(FileSettings):
     share_group: Name = SHARE_GROUP
     """The shared subscription's group: the same for every worker of one coordinator."""
     broker: BrokerSettings = BrokerSettings()
+
+
+class IngestSettings(BaseModel):
+    """The coordinator's ``[ingest]`` section: the ingest workers its fit rounds go through.
+
+    With no workers (the default) the coordinator checks, journals and folds every update
+    itself. With workers, the strategy must stream sketches (FLACC with ``pairwise =
+    "sketch"``) and differential privacy must be off (:func:`check_ingest_strategy`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workers: tuple[Name, ...] = ()
+    """The ``worker_id`` of every ``faultfleet ingest-worker`` of the share group."""
+    ready_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    """How long a round's plan waits for every worker to take it; the round goes on with
+    those that did (none: the round is tried again after ``run.retry_wait_s``)."""
+    close_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    """How long a round's close waits for the workers' partial sums; a worker that sends
+    none is left out of the round with the updates it took (their tasks fail)."""
+
+    @field_validator("workers")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({w for w in value if value.count(w) > 1})
+        if repeated:
+            raise ValueError(f"ingest workers are listed more than once: {', '.join(repeated)}")
+        return value
+
+
+def check_ingest_strategy(
+    strategy: str, fraction: float, options: Mapping[str, Any], noise_multiplier: float
+) -> None:
+    """Refuse a run that ingest workers cannot serve.
+
+    Raises
+    ------
+    ValueError
+        The strategy does not take a round's updates as sketches and partial sums, or
+        differential privacy is on (its noise is drawn once, over every update).
+    """
+    built = make_strategy(strategy, fraction=fraction, options=options)
+    pairwise = getattr(built, "pairwise", None)
+    if not isinstance(built, StreamingStrategy) or pairwise != "sketch":
+        got = strategy if pairwise is None else f"{strategy} with pairwise = {pairwise!r}"
+        raise ValueError(
+            "ingest.workers needs a strategy that takes sketches and partial sums: "
+            f"strategy = 'flacc' with strategy_options.pairwise = 'sketch' (got {got}); or "
+            "leave ingest.workers empty"
+        )
+    if noise_multiplier > 0:
+        raise ValueError(
+            "ingest.workers cannot serve differential privacy (aggregation.noise_multiplier "
+            f"= {noise_multiplier:g}): its noise is drawn once over every update; set it to 0 "
+            "or leave ingest.workers empty"
+        )
+
+
+def worker_ingest(
+    settings: IngestSettings,
+    connection: MqttConnection,
+    metrics: CoordinatorMetrics,
+    clock: Clock,
+) -> WorkerIngest | None:
+    """The coordinator's end of ``settings.workers`` on ``connection`` (whose settings give
+    the topic root and payload bound); None when no worker is listed."""
+    if not settings.workers:
+        return None
+    broker = connection.settings
+    link = IngestCoordinator(
+        connection,
+        Topics(broker.topic_root),
+        max_payload_bytes=broker.max_payload_bytes,
+        clock=clock,
+    )
+    logger.info("fit rounds go through ingest workers %s", ", ".join(settings.workers))
+    return WorkerIngest(
+        link,
+        settings.workers,
+        metrics,
+        ready_timeout_s=settings.ready_timeout_s,
+        close_timeout_s=settings.close_timeout_s,
+    )

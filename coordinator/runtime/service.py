@@ -54,6 +54,7 @@ from coordinator.engine.rounds import RoundEngine
 from coordinator.runtime.campaign_book import CampaignBook, LabelledCounts
 from coordinator.runtime.campaigns import CampaignRunner
 from coordinator.runtime.checkpoint import SavedRun, ServiceCheckpoint
+from coordinator.runtime.ingest_settings import worker_ingest
 from coordinator.runtime.membership import MembershipSync
 from coordinator.runtime.newcomers import Newcomers
 from coordinator.runtime.promotion import ModelPromotion
@@ -267,6 +268,9 @@ class CoordinatorService:
             max_payload_bytes=self.settings.broker.max_payload_bytes,
             clock=self.clock,
             round_clock=self.round_clock,
+            ingest=worker_ingest(
+                self.settings.ingest, self.connection, self.metrics, self.round_clock
+            ),
         ).start()
         strategy = make_strategy(run.strategy, fraction=run.fraction, options=run.strategy_options)
         # The noise of differential privacy comes from the OS's entropy, never from a seed.

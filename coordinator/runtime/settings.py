@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from coordinator.runtime.ingest_settings import IngestSettings, check_ingest_strategy
 from coordinator.strategies.registry import STRATEGIES, make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy
 from faultfleet.errors import FaultfleetError
@@ -230,6 +231,7 @@ class CoordinatorSettings(FileSettings):
     models: ModelsSettings = ModelsSettings()
     campaigns: CampaignSettings = CampaignSettings()
     aggregation: AggregationSettings = AggregationSettings()
+    ingest: IngestSettings = IngestSettings()
 
     @model_validator(mode="after")
     def _quorum_reachable(self) -> CoordinatorSettings:
@@ -238,4 +240,12 @@ class CoordinatorSettings(FileSettings):
                 f"run.min_quorum ({self.run.min_quorum}) cannot exceed run.min_agents "
                 f"({self.run.min_agents}): no round could ever reach it"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _ingest_workers_can_serve(self) -> CoordinatorSettings:
+        if self.ingest.workers:
+            run = self.run
+            noise = self.aggregation.noise_multiplier
+            check_ingest_strategy(run.strategy, run.fraction, run.strategy_options, noise)
         return self

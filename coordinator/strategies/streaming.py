@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -68,6 +68,16 @@ class StreamedUpdate:
     """‖Δθ_i‖, before clipping."""
     sketch: FloatArray | None
     """Unit sketch of Δθ_i, shape (d,), or None without a sketcher."""
+
+
+@dataclass(frozen=True)
+class PartialTotal:
+    """Updates of one model key folded elsewhere (by ingest workers): Σ w_i s_i Δθ_i as
+    float64 of shape (n_params,), Σ w_i, and what the rules did."""
+
+    total: Float64Array
+    weight: float
+    report: AggregateReport = field(default_factory=AggregateReport)
 
 
 class UpdateStream:
@@ -190,6 +200,32 @@ class UpdateStream:
                 old.updates - 1, old.norm_clipped - int(scale < 1.0), old.weight_capped - capped
             )
             self._updates = [u for u in self._updates if (u.client_id, u.model_key) != key]
+
+    def absorb(self, updates: Sequence[StreamedUpdate], totals: Mapping[str, PartialTotal]) -> None:
+        """Take updates folded elsewhere as if :meth:`add` had folded them here: ingest
+        workers' summaries and merged partial sums (:mod:`coordinator.adapters.ingest_round`).
+
+        Raises
+        ------
+        ValueError
+            A model key the round did not send, or a second update of a client and model.
+        """
+        with self._lock:
+            for update in updates:
+                pair = (update.client_id, update.model_key)
+                if pair in self._seen or update.model_key not in self.models:
+                    raise ValueError(f"cannot take the update of {pair[0]!r} for {pair[1]!r}")
+                self._seen.add(pair)
+                self._updates.append(update)
+            for key, part in totals.items():
+                if part.report.updates == 0:
+                    continue
+                base = self.models.get(key)
+                if base is None:
+                    raise ValueError(f"partial sums of unknown model {key!r}")
+                self._sums.setdefault(key, np.zeros(base.shape, np.float64))[...] += part.total
+                self._weights[key] = self._weights.get(key, 0.0) + part.weight
+                self._reports[key] = self._reports.get(key, AggregateReport()) + part.report
 
     def _weight_and_scale(self, result: FitResult, norm: float) -> tuple[float, float, bool]:
         """An update's weight (its capped sample count; 1 under privacy) and clip factor."""

@@ -12,6 +12,8 @@ Every topic lives under a versioned root (``faultfleet/v1`` by default)::
     {root}/clusters/{cluster}/model      retained: the cluster's ONNX model
     {root}/ingest/plan                   retained: the round ingest workers fold updates for
     {root}/ingest/{worker}/summaries     ingest worker → coordinator: summaries, partial sums
+    {root}/ingest/{worker}/answers/{agent}  ingest worker → coordinator: an agent's answer
+                                         other than a fit update, forwarded unchanged
 
 An agent's broker account may write only the topics under its own id that it publishes
 (``status``, ``results``, ``diagnoses``, ``heartbeat``); ``deploy/mosquitto/faultfleet.acl``
@@ -86,6 +88,23 @@ class Topics:
 
     def all_ingest_summaries(self) -> str:
         return f"{self.root}/ingest/+/summaries"
+
+    def forwarded_answer(self, worker_id: str, agent_id: str) -> str:
+        """Ingest worker → coordinator: an answer of ``agent_id`` other than a fit update
+        (evaluation, probe, failure), forwarded unchanged by the worker that received it."""
+        worker = check_name("worker id", worker_id)
+        return f"{self.root}/ingest/{worker}/answers/{check_name('agent id', agent_id)}"
+
+    def forwarded_answers(self, worker_id: str) -> str:
+        """Every answer ``worker_id`` forwards (a subscription filter)."""
+        return f"{self.root}/ingest/{check_name('worker id', worker_id)}/answers/+"
+
+    def forwarded_agent(self, worker_id: str, topic: str) -> str | None:
+        """The agent of a topic :meth:`forwarded_answer` built for ``worker_id``; None for
+        any other topic (another worker's included)."""
+        prefix = f"{self.root}/ingest/{worker_id}/answers/"
+        agent = topic[len(prefix) :] if topic.startswith(prefix) else ""
+        return agent if _NAME.fullmatch(agent) else None
 
     # -- subscription filters ------------------------------------------------------------
 

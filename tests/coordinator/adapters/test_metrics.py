@@ -26,6 +26,7 @@ DESIGN_METRICS = {
     "faultfleet_agents_by_state": "gauge",
     "faultfleet_rounds_without_quorum_total": "counter",
     "faultfleet_tasks_resent_total": "counter",
+    "faultfleet_ingest_workers_missing_total": "counter",
     "faultfleet_updates_clipped_total": "counter",
     "faultfleet_build_info": "gauge",
     "faultfleet_clusters": "gauge",

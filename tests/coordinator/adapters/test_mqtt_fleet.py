@@ -239,7 +239,7 @@ def test_an_update_that_arrived_before_its_agents_last_will_still_counts(
     payload = fit_frame(header, start + 1)
 
     # Execute: the network thread hands over the update, then the agent's last will arrives
-    mqtt_fleet.answers._receive(Topics().results("a"), payload)
+    mqtt_fleet.answers.receive(Topics().results("a"), payload)
     mqtt_fleet.agent_offline("a")
     mqtt_fleet.close()  # the workers finish what they hold, then the journal writer
 
@@ -285,7 +285,7 @@ def test_a_streamed_update_is_folded_once_journaled_and_not_kept(tmp_path: Path)
     # Execute: both answer; the workers and the journal writer finish
     for (_, header, _), value in zip(frames, (1.0, 3.0), strict=True):
         assert isinstance(header, FitTaskMessage)
-        mqtt_fleet.answers._receive(
+        mqtt_fleet.answers.receive(
             Topics().results(header.agent_id), fit_frame(header, start + value)
         )
     mqtt_fleet.close()
