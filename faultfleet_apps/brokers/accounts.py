@@ -58,6 +58,13 @@ user historian
 topic read faultfleet/v1/agents/+/diagnoses
 topic read faultfleet/v1/agents/+/status
 topic read faultfleet/v1/coordinator/status
+user ingest
+topic read faultfleet/v1/agents/+/results
+topic read faultfleet/v1/ingest/plan
+topic write faultfleet/v1/ingest/+/summaries
+topic write faultfleet/v1/ingest/+/answers/+
+topic deny faultfleet/v1/agents/ingest/#
+topic deny faultfleet/v1/clusters/#
 """
 """The rules of deploy/mosquitto/faultfleet.acl, for the topic root ``faultfleet/v1``."""
 

@@ -32,6 +32,7 @@ PASSWORDS = {
     "m02": "m02-secret",
     "coordinator": "coord-secret",
     "status": "status-secret",
+    "ingest": "ingest-secret",
 }
 TIMEOUT_S = 30.0
 

@@ -190,3 +190,41 @@ def test_the_status_account_writes_nothing(broker: RunningBroker) -> None:
 
     # Assert: the agent's own heartbeat is the first message the coordinator sees
     assert (received.topic, received.payload) == (sentinel, b"genuine")
+
+
+def test_an_ingest_worker_shares_the_results_and_writes_only_under_ingest(
+    broker: RunningBroker,
+) -> None:
+    # Prepare: the worker takes results through the shared subscription, as it runs
+    results, plan = f"{ROOT}/agents/m01/results", f"{ROOT}/ingest/plan"
+    forwarded = f"{ROOT}/ingest/ingest-1/answers/m01"
+    summaries = f"{ROOT}/ingest/ingest-1/summaries"
+    forged = [
+        f"{ROOT}/agents/m01/results",
+        f"{ROOT}/agents/ingest/status",
+        f"{ROOT}/agents/m01/tasks",
+        f"{ROOT}/clusters/cluster-0/model",
+        f"{ROOT}/coordinator/status",
+        plan,
+    ]
+    with (
+        login(broker, "coordinator") as coordinator,
+        login(broker, "ingest") as ingest,
+        login(broker, "m01") as m01,
+    ):
+        ingest.subscribe(f"$share/faultfleet-ingest/{ROOT}/agents/+/results", plan)
+        coordinator.publish(plan, b"plan")
+        m01.publish(results, b"update")
+        taken = {ingest.messages.get(timeout=TIMEOUT_S).topic for _ in range(2)}
+        coordinator.subscribe(f"{ROOT}/#")
+
+        # Execute: forged writes first, then the two it may make
+        for topic in forged:
+            ingest.publish(topic, b"forged")
+        ingest.publish(forwarded, b"forwarded")
+        ingest.publish(summaries, b"summary")
+        received = coordinator.topics_until(summaries)
+
+    # Assert
+    assert taken == {results, plan}
+    assert received == [forwarded, summaries]
