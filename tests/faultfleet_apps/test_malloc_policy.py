@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from faultfleet_apps.malloc_policy import (
     limit_malloc_arenas,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 THREADS = 12
 
 # A child that starts THREADS threads which each malloc a block outside Python's small-object
@@ -55,6 +57,7 @@ def arenas_after_threads(mode: str) -> tuple[str, int]:
     environ = {
         k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")
     }
+    environ["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, mode],
         check=True,
