@@ -3,6 +3,7 @@
 Usage: python benchmarks/bench_soak.py [--agents 48] [--processes 2] [--minutes 60]
        [--warm-up-minutes 5] [--sample-s 30] [--interval-s 0.5] [--campaign-every-s 120]
        [--campaign-rounds 2] [--growing-mb-per-hour 5] [--seed 100] [--out DIR] [--json FILE]
+       [--probe DIR [--tracemalloc]]
 
 Runs the fleet of ``faultfleet demo`` as separate processes, exactly as a plant would run it
 (:mod:`faultfleet_apps.demo.fleet` writes the files): a Mosquitto broker with per-agent
@@ -23,7 +24,9 @@ and a verdict: ``growing`` when the slope reaches ``--growing-mb-per-hour``, els
 (:mod:`soak_memory`). It also prints the rounds, campaigns and diagnoses seen, so a run
 where the fleet stalled shows. ``--json FILE`` writes the same with every sample. Numbers
 only, no pass/fail. Keep the load modest to run it beside other work: the defaults use
-about a third of a core for diagnoses plus the training rounds.
+about a third of a core for diagnoses plus the training rounds. ``--probe DIR`` runs each
+agent process through ``agent_memory_probe.py``, which samples inside it what the memory is
+(glibc's arenas, Python's heap, ONNX Runtime sessions) into ``DIR/agents-<i>.jsonl``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,17 @@ KEEP_WINDOWS_BYTES = 4_000_000
 def child(command: list[str], log_path: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """A child process in its own session, stopped with SIGTERM (then SIGKILL) on exit."""
     return child_process(command, log_path, stop_timeout_s=60.0)
+
+
+def probe_command(args: argparse.Namespace, index: int) -> list[str]:
+    """The agent process run through ``agent_memory_probe.py``, its samples in ``--probe``."""
+    args.probe.mkdir(parents=True, exist_ok=True)
+    script = Path(__file__).with_name("agent_memory_probe.py")
+    out = args.probe / f"agents-{index}.jsonl"
+    command = [sys.executable, str(script), "--probe-out", str(out.resolve())]
+    command += ["--probe-s", f"{args.sample_s:g}"]
+    flags = [f for f, on in (("--tracemalloc", args.tracemalloc), ("--trim", args.trim)) if on]
+    return [*command, *flags, "--"]
 
 
 def soak_configs(plan: DemoPlan, args: argparse.Namespace, coordinator: Path, agents: Path) -> None:
@@ -115,6 +129,8 @@ def run_soak(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[
         processes = {"broker": broker.pid}
         for index, machines in enumerate(machine_slices(plan.machines, plan.agent_processes)):
             agent = [*command, "agent", "--config", str(agents_toml), "--machines", machines]
+            if args.probe is not None:
+                agent = [*probe_command(args, index), *agent[3:]]
             started = stack.enter_context(
                 child([*agent, "--threads", threads], logs / f"agents-{index}.log")
             )
@@ -222,6 +238,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=100, help="seed of the fleet and the run")
     parser.add_argument("--out", type=Path, default=None, help="folder kept (default: temp)")
     parser.add_argument("--json", type=Path, default=None, help="also write the samples here")
+    parser.add_argument(
+        "--probe",
+        type=Path,
+        default=None,
+        help="run the agent processes through agent_memory_probe.py, its samples in this folder",
+    )
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="with --probe: trace Python's allocations"
+    )
+    parser.add_argument(
+        "--trim", action="store_true", help="with --probe: malloc_trim(0) after every sample"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print("command: python " + shlex.join(sys.argv), flush=True)
