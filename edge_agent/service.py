@@ -10,12 +10,13 @@
 * a worker thread answers tasks one at a time from a bounded queue
   (:class:`~edge_agent.task_worker.TaskWorker`, :class:`~edge_agent.task_runner.TaskRunner`);
 * a diagnosis thread takes windows from the source, runs the active ONNX model on each and
-  hands the diagnosis to :class:`~edge_agent.diagnosis_delivery.DiagnosisDelivery`: published
-  at once while connected, kept in the bounded on-disk outbox while the broker is away, then
-  written to the local log — a full disk stops the log, not the publishing. Windows that
-  arrive before the first model wait in a bounded backlog; a model swap never drops a window;
-* an outbox thread sends the diagnoses kept during a broker outage once it is back, in
-  order (:mod:`edge_agent.diagnosis_delivery`);
+  hands the diagnosis's JSON to :class:`~edge_agent.diagnosis_delivery.DiagnosisDelivery`:
+  handed to the outbox thread to publish at once while connected, kept in the bounded on-disk
+  outbox while the broker is away, then written to the local log — a full disk stops the
+  log, not the publishing. Windows that arrive before the first model wait in a bounded
+  backlog; a model swap never drops a window;
+* an outbox thread publishes the diagnoses handed to it and sends those kept during a
+  broker outage once it is back, in order (:mod:`edge_agent.diagnosis_delivery`);
 * a heartbeat thread publishes the retained heartbeat (last seen, last diagnosis, fault
   streak) every ``diagnosis.heartbeat_s`` (:class:`~edge_agent.activity.Activity`);
 * a labels thread looks for new labels every ``labels.rescan_s`` (rows appended to a
