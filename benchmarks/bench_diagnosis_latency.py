@@ -13,15 +13,16 @@ diagnoses the same random windows of shape (1, 1024) in four ways:
 * ``predict``: ``OnnxDiagnoser.predict`` alone (checks, session.run, argmax), to split the
   agent's overhead between inference and what follows it.
 * ``agent``: the agent's own per-window path, ``AgentService._diagnose_one`` of a real
-  :class:`~edge_agent.service.AgentService` with ``diagnosis.publish = false``.
-  That is ``OnnxDiagnoser.predict``, building the pydantic ``Diagnosis``, the Prometheus
-  counters and histogram, and ``DiagnosisLog.append`` (``model_dump``, JSON, one flushed
-  line in a file under a temporary folder).
+  :class:`~edge_agent.service.AgentService` with ``diagnosis.publish = false``, its outbox
+  thread running as in a live agent. That is ``OnnxDiagnoser.predict_top``, the
+  diagnosis's JSON, the window kept for labelling, the Prometheus counters and histogram,
+  the fault streak, and the JSON line queued for the local log (under a temporary folder).
 * ``agent+publish``: the same with ``diagnosis.publish = true``. The agent is connected to
   a private broker (Mosquitto, or amqtt when Mosquitto is not installed), and each
-  diagnosis is also serialised with ``model_dump_json`` and queued for QoS 1 publishing.
-  The time counted is what the diagnosis thread spends. paho sends on its network thread,
-  which competes for the GIL, and delivery is not awaited.
+  diagnosis is also handed to the agent's outbox thread, which publishes it with QoS 1.
+  The time counted is what the diagnosis thread spends; the outbox thread and paho's
+  network thread compete with it for the GIL. After the run the benchmark waits until the
+  broker acknowledged every diagnosis and says so.
 
 The variants alternate in blocks of ``--block`` windows, so a busy machine slows them
 alike, after ``--warm-up`` unmeasured windows each. ``--interval-ms`` pauses between windows,
@@ -195,6 +196,13 @@ def run_model(
 
     variants: dict[str, Callable[[int], None]] = {"bare": bare, "predict": predict}
     variants.update({name: agent_step(agent) for name, agent in agents.items()})
+    stop = threading.Event()
+    outbox_threads = [  # the live agent's outbox thread: publishes, writes the log
+        threading.Thread(target=agent.delivery.run, args=(stop,), daemon=True)
+        for agent in agents.values()
+    ]
+    for thread in outbox_threads:
+        thread.start()
     try:
         seconds = measure(
             variants,
@@ -204,9 +212,21 @@ def run_model(
             interval_s=args.interval_ms / 1e3,
         )
     finally:
+        stop.set()
+        for thread in outbox_threads:
+            thread.join(30)
+        if "agent+publish" in agents:
+            published = agents["agent+publish"]
+            acknowledged = published.connection.wait_acknowledged(60)
+            print(
+                f"agent+publish: {published.windows_diagnosed} diagnoses, "
+                f"{'all' if acknowledged else 'NOT all'} acknowledged by the broker, "
+                f"{len(published.delivery.outbox)} in the outbox",
+                flush=True,
+            )
         for agent in agents.values():
             agent.connection.stop()
-            agent.log.close()
+            agent.delivery.close()
     return report(model, seconds)
 
 

@@ -88,33 +88,49 @@ class Activity:
         self.now = now
         self.streak = FaultStreak(streak_min_probability)
         self.windows_diagnosed = 0
-        self.last_diagnosis: Diagnosis | None = None
+        self._last: bytes | None = None
+        """The JSON of the last diagnosis, read into a message only for the heartbeat."""
         self._lock = threading.Lock()
         metrics.set_streak_min_probability(streak_min_probability)
 
+    @property
+    def last_diagnosis(self) -> Diagnosis | None:
+        """The last diagnosis observed; None before the first."""
+        with self._lock:
+            last = self._last
+        return None if last is None else Diagnosis.model_validate_json(last)
+
     def observe(self, diagnosis: Diagnosis) -> None:
         """Record one diagnosed window and report the streak to the metrics."""
+        json = diagnosis.model_dump_json().encode()
+        self.observe_json(diagnosis.class_name, diagnosis.probability, json)
+
+    def observe_json(self, class_name: str, probability: float, json: bytes) -> None:
+        """:meth:`observe` of a diagnosis given as its class name, its probability and its
+        JSON (the agent's diagnosis thread, which has no message to give)."""
         with self._lock:
             self.windows_diagnosed += 1
-            self.last_diagnosis = diagnosis
-            self.streak.observe(diagnosis.class_name, diagnosis.probability)
-            class_name, windows = self.streak.class_name, self.streak.windows
-        self.metrics.set_streak(class_name, windows)
+            self._last = json
+            self.streak.observe(class_name, probability)
+            name, windows = self.streak.class_name, self.streak.windows
+        self.metrics.set_streak(name, windows)
 
     def heartbeat(self) -> AgentHeartbeat:
         """The heartbeat to publish now."""
         active = self.diagnoser.active
         with self._lock:
-            return AgentHeartbeat(
-                agent_id=self.agent_id,
-                timestamp=self.now(),
-                cluster_id=active.cluster_id if active else None,
-                model_version=active.version if active else None,
-                windows_diagnosed=self.windows_diagnosed,
-                last_diagnosis=self.last_diagnosis,
-                streak_class=self.streak.class_name,
-                streak_windows=self.streak.windows,
-            )
+            last, windows = self._last, self.windows_diagnosed
+            streak_class, streak_windows = self.streak.class_name, self.streak.windows
+        return AgentHeartbeat(
+            agent_id=self.agent_id,
+            timestamp=self.now(),
+            cluster_id=active.cluster_id if active else None,
+            model_version=active.version if active else None,
+            windows_diagnosed=windows,
+            last_diagnosis=None if last is None else Diagnosis.model_validate_json(last),
+            streak_class=streak_class,
+            streak_windows=streak_windows,
+        )
 
     def run(
         self,

@@ -1,23 +1,28 @@
 """Getting every diagnosis out: published while connected, kept on disk while not, logged.
 
-:class:`DiagnosisDelivery` takes each diagnosis from the agent's diagnosis thread:
+:class:`DiagnosisDelivery` takes each diagnosis from the agent's diagnosis thread, as the
+JSON of its :class:`~faultfleet.wire.messages.Diagnosis` (serialised once, for the broker,
+the outbox and the log alike):
 
 1. **Publish.** While the broker connection is up and nothing waits in the outbox, the
-   diagnosis is published at once with QoS 1 on ``agents/{id}/diagnoses``; one the broker
-   has not acknowledged when the connection drops is sent again by the MQTT client after
-   reconnecting.
+   diagnosis is handed to the outbox thread, which publishes it at once with QoS 1 on
+   ``agents/{id}/diagnoses`` (so the diagnosis thread never waits on the MQTT client, whose
+   network thread competes for the interpreter as soon as it is woken); one the broker has
+   not acknowledged when the connection drops is sent again by the MQTT client after
+   reconnecting. Diagnoses handed over wait in memory for a moment, as those the MQTT
+   client holds until the broker acknowledges them do.
 2. **Keep.** While the connection is down (or diagnoses made during an outage still wait),
    it goes to the bounded on-disk outbox (:class:`~edge_agent.outbox.DiagnosisOutbox`,
    ``[diagnosis] outbox_max_diagnoses``), so that it keeps its place in line; the oldest
    beyond the bound are dropped and counted on ``faultfleet_diagnoses_dropped_total``.
+   The outbox thread takes the handed-over diagnoses in order, before any it keeps after
+   them, and keeps those it cannot publish (the client's queue full, the connection
+   stopped) in the outbox; those still waiting when the agent stops go there too.
 3. **Log.** Then the same JSON is appended to the local log, written in batches at most
    ``[diagnosis] flush_delay_s`` after it (:mod:`edge_agent.diagnosis_log`; the outbox
    thread writes a batch whose delay is up when no new diagnosis does). A full disk stops
    the log (each line missed counted on ``faultfleet_diagnosis_log_failures_total``),
    never the publishing, which comes first.
-
-The message is serialised once, with pydantic's ``model_dump_json``, for the broker, the
-outbox and the log alike.
 
 The outbox thread (:meth:`DiagnosisDelivery.run`) sends what the outbox holds once the
 connection is back: it first waits until the broker acknowledged the messages sent before
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from edge_agent.diagnosis_log import DiagnosisLog, LogWriteError
@@ -39,12 +45,16 @@ from edge_agent.metrics import AgentMetrics
 from edge_agent.outbox import DiagnosisOutbox, OutboxDrop
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.wire.messages import Diagnosis
-from faultfleet.wire.mqtt import MqttConnection, PublishError
+from faultfleet.wire.mqtt import MqttConnection
 
 logger = logging.getLogger(__name__)
 
 BATCH = 100
 """Diagnoses sent from the outbox per batch, before waiting for their acknowledgements."""
+
+MAX_HANDED_OVER = 1000
+"""Diagnoses that may wait for the outbox thread; beyond, the diagnosis thread publishes
+them itself (an outbox thread held up for minutes, or not running)."""
 
 
 class DiagnosisDelivery:
@@ -103,26 +113,63 @@ class DiagnosisDelivery:
         self._handed_over = 0
         """Outbox records before this index were given to the MQTT client, some not
         acknowledged when the connection dropped: the client sends those again itself."""
+        self._handed: deque[bytes] = deque()
+        """Diagnoses to publish, handed over by the diagnosis thread, oldest first; one
+        stays here until it is published or kept."""
+        self._send_lock = threading.Lock()
         self._log_lock = threading.Lock()
         self._log_failing = False
         self._outbox_failing = False
         self._report_outbox()
 
     def deliver(self, diagnosis: Diagnosis) -> None:
-        """Publish (or keep) ``diagnosis``, then write it to the local log.
+        """:meth:`deliver_json` of ``diagnosis``'s JSON."""
+        self.deliver_json(diagnosis.model_dump_json().encode())
+
+    def deliver_json(self, payload: bytes) -> None:
+        """Publish (or keep) one diagnosis given as its JSON, then write it to the local log.
 
         Raises
         ------
-        ValueError, RuntimeError
-            It could not be published nor kept (too large, the connection stopped); it is
-            still logged first.
+        ValueError
+            It is too large to publish (``broker.max_payload_bytes``); it is still logged.
         """
-        payload = diagnosis.model_dump_json().encode()
         try:
             if self.publish:
-                self._publish_or_keep(payload)
+                self._hand_over_or_keep(payload)
         finally:
             self._write_log(payload)
+
+    def _hand_over_or_keep(self, payload: bytes) -> None:
+        limit = self.connection.settings.max_payload_bytes
+        if len(payload) > limit:
+            raise ValueError(
+                f"diagnosis of {len(payload)} bytes exceeds broker.max_payload_bytes={limit}; "
+                "it is logged, not published"
+            )
+        # Handed over while connected with an empty outbox, or behind diagnoses handed over
+        # before: the outbox thread takes them in order, and keeps in the outbox what it
+        # cannot publish, so the line holds.
+        handed = self._handed
+        if handed or (self.connection.connected and len(self.outbox) == 0):
+            handed.append(payload)
+            if len(handed) == 1:
+                self._wake.set()
+            elif len(handed) > MAX_HANDED_OVER:
+                self.send_handed_over()
+            return
+        self._keep(payload)
+
+    def send_handed_over(self) -> None:
+        """Publish the diagnoses handed over, oldest first, or keep them in the outbox when
+        they cannot be published (the outbox thread does this at every wake-up)."""
+        with self._send_lock:
+            handed = self._handed
+            while handed:
+                try:
+                    self._publish_or_keep(handed[0])
+                finally:
+                    handed.popleft()  # only now: a diagnosis delivered meanwhile waits behind
 
     def connection_changed(self, connected: bool) -> None:
         """Network thread: wake the outbox thread when the connection is back."""
@@ -135,10 +182,13 @@ class DiagnosisDelivery:
         if self.connection.connected and len(self.outbox) == 0:
             try:
                 self.connection.publish(self.topic, payload, qos=1)
-            except PublishError as error:  # the client's queue is full: keep it on disk
+            except RuntimeError as error:  # PublishError, the queue full; or a stopped client
                 logger.debug("%s: %s; the diagnosis goes to the outbox", self.agent_id, error)
             else:
                 return
+        self._keep(payload)
+
+    def _keep(self, payload: bytes) -> None:
         try:
             self.outbox.append(payload)
         except OSError as error:
@@ -165,16 +215,25 @@ class DiagnosisDelivery:
     # -- the outbox thread -----------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Send the outbox whenever the connection is up, until ``stop`` is set."""
+        """Publish what is handed over, and send the outbox whenever the connection is up,
+        until ``stop`` is set."""
         while not stop.is_set():
+            self._send_handed_over_safely()
             if self.connection.connected and len(self.outbox) > 0:
                 try:
                     self._drain(stop)
                 except Exception as error:  # a failing disk, a bug: counted, tried again
                     self.on_error(error)
             self.clock.wait(self._wake, 0.5)
-            self._wake.clear()
+            self._wake.clear()  # a diagnosis handed over since is sent at the loop's start
             self._tick()
+        self._send_handed_over_safely()
+
+    def _send_handed_over_safely(self) -> None:
+        try:
+            self.send_handed_over()
+        except Exception as error:  # a failing disk, a bug: counted, tried again
+            self.on_error(error)
 
     def _tick(self) -> None:
         """Write what waits for the disk once its delay is up."""
@@ -217,8 +276,11 @@ class DiagnosisDelivery:
             )
 
     def close(self) -> None:
-        """Close the outbox (what waits stays for the next start) and the local log, writing
-        the lines that wait for it."""
+        """Close the outbox (what waits stays for the next start, diagnoses handed over and
+        not yet published included) and the local log, writing the lines that wait for it."""
+        with self._send_lock:
+            while self._handed:
+                self._keep(self._handed.popleft())
         self.outbox.close()
         try:
             self.log.close()

@@ -15,26 +15,26 @@ import hashlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
+from edge_agent.onnx_runner import (
+    INPUT_NAME,
+    PROBABILITIES_OUTPUT,
+    LoadedModel,
+    Prediction,
+    SingleWindowRunner,
+    _Session,
+)
 from edge_agent.onnx_sessions import shared_session
 from faultfleet.errors import FaultfleetError, UsageError
-from faultfleet.types import FloatArray, IntArray
+from faultfleet.types import FloatArray
 
 logger = logging.getLogger(__name__)
 
-INPUT_NAME = "window"
-PROBABILITIES_OUTPUT = "probabilities"
 _CPU = "CPUExecutionProvider"
 _CUDA = "CUDAExecutionProvider"
-
-_Session = Any
-"""An ``onnxruntime.InferenceSession``; onnxruntime ships no type information."""
 
 
 class ModelIntegrityError(FaultfleetError, ValueError):
@@ -45,120 +45,10 @@ class NoModelError(FaultfleetError, RuntimeError):
     """A prediction was asked for before any model was loaded."""
 
 
-@dataclass(frozen=True)
-class LoadedModel:
-    """Metadata of a model an :class:`OnnxDiagnoser` runs.
-
-    Attributes
-    ----------
-    version : int
-        Model version the coordinator announced (≥ 0).
-    cluster_id : str
-        Cluster whose model this is.
-    sha256 : str
-        Hex SHA-256 digest of the ONNX bytes, lower case.
-    input_shape : tuple[int, ...]
-        Shape of one window without the batch dimension, e.g. (1, 1024).
-    n_classes : int
-        Width of the probabilities output.
-    class_names : tuple[str, ...]
-        Name of each output class, as the coordinator announced them with the model;
-        empty when unknown (a model saved before names were stored).
-    """
-
-    version: int
-    cluster_id: str
-    sha256: str
-    input_shape: tuple[int, ...]
-    n_classes: int
-    class_names: tuple[str, ...] = ()
-
-    def names(self) -> tuple[str, ...]:
-        """One name per output class: the announced names, or ``class <i>`` when they are
-        missing or do not fit the model's width."""
-        return self._names
-
-    @cached_property
-    def _names(self) -> tuple[str, ...]:
-        """:meth:`names`, worked out once (the agent asks for every window)."""
-        if len(self.class_names) == self.n_classes:
-            return self.class_names
-        return tuple(f"class {i}" for i in range(self.n_classes))
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Diagnosis of a batch of windows.
-
-    Attributes
-    ----------
-    class_ids : IntArray
-        Most probable class per window, shape (n,).
-    probabilities : FloatArray
-        Class probabilities, shape (n, n_classes); rows sum to 1.
-    model : LoadedModel
-        The model that computed every row of this prediction.
-    """
-
-    class_ids: IntArray
-    probabilities: FloatArray
-    model: LoadedModel
-
-
 def default_providers() -> tuple[str, ...]:
     """CUDA then CPU where this onnxruntime build offers CUDA, otherwise CPU alone."""
     available = ort.get_available_providers()
     return (_CUDA, _CPU) if _CUDA in available else (_CPU,)
-
-
-class _Runner:
-    """A loaded model's session with pre-allocated single-window buffers bound to it.
-
-    An agent diagnoses one window at a time. :meth:`predict_one` copies the window into a
-    buffer bound to the session's input and runs the session into a buffer bound to its
-    output (ONNX Runtime IO binding), so no feed dictionary, input tensor or output array
-    is built per call; only the returned ``(1, n_classes)`` probabilities are copied out,
-    because the buffer is overwritten by the next window. A call that finds the buffers
-    in use by another thread runs through plain ``session.run`` rather than wait.
-    """
-
-    def __init__(self, session: _Session, model: LoadedModel) -> None:
-        self.session = session
-        self.model = model
-        self.window = np.zeros((1, *model.input_shape), dtype=np.float32)
-        self.probabilities = np.zeros((1, model.n_classes), dtype=np.float32)
-        # The OrtValues share the buffers' memory; kept here so they live as long as the
-        # binding that holds them.
-        self._values = (
-            ort.OrtValue.ortvalue_from_numpy(self.window),
-            ort.OrtValue.ortvalue_from_numpy(self.probabilities),
-        )
-        self._binding = session.io_binding()
-        self._binding.bind_ortvalue_input(INPUT_NAME, self._values[0])
-        self._binding.bind_ortvalue_output(PROBABILITIES_OUTPUT, self._values[1])
-        self._busy = threading.Lock()
-
-    def predict_one(self, window: FloatArray) -> Prediction:
-        """Diagnose one window, of shape ``input_shape`` or ``(1, *input_shape)``."""
-        if not self._busy.acquire(blocking=False):
-            return self.predict_batch(np.ascontiguousarray(window, dtype=np.float32))
-        try:
-            np.copyto(self.window, window, casting="unsafe")
-            self.session.run_with_iobinding(self._binding)
-            probabilities = self.probabilities.copy()
-        finally:
-            self._busy.release()
-        class_ids = probabilities.argmax(axis=1).astype(np.int64, copy=False)
-        return Prediction(class_ids=class_ids, probabilities=probabilities, model=self.model)
-
-    def predict_batch(self, batch: FloatArray) -> Prediction:
-        """Diagnose a checked float32 batch of shape (n, *input_shape) (or one window)."""
-        if batch.ndim == len(self.model.input_shape):
-            batch = batch[np.newaxis]
-        (probabilities,) = self.session.run([PROBABILITIES_OUTPUT], {INPUT_NAME: batch})
-        probabilities = np.asarray(probabilities, dtype=np.float32)
-        class_ids = np.argmax(probabilities, axis=1).astype(np.int64)
-        return Prediction(class_ids=class_ids, probabilities=probabilities, model=self.model)
 
 
 class OnnxDiagnoser:
@@ -209,7 +99,7 @@ class OnnxDiagnoser:
         self.sample_shape = shape
         self.intra_op_threads = intra_op_threads
         self.providers = chosen
-        self._current: _Runner | None = None
+        self._current: SingleWindowRunner | None = None
         self._swap_lock = threading.Lock()
         self._load_lock = threading.Lock()
 
@@ -277,7 +167,7 @@ class OnnxDiagnoser:
             loaded = LoadedModel(
                 version, cluster_id, actual, self.sample_shape, n_classes, tuple(class_names)
             )
-            runner = _Runner(session, loaded)
+            runner = SingleWindowRunner(session, loaded)
             with self._swap_lock:
                 self._current = runner
         logger.info(
@@ -329,6 +219,23 @@ class OnnxDiagnoser:
             raise NoModelError("no model loaded yet; call load() before predict()")
         return runner.predict_batch(batch)
 
+    def predict_top(self, window: FloatArray) -> tuple[LoadedModel, int, float]:
+        """The most probable class of one window, as :meth:`predict` gives it, without the
+        arrays: the model, the class id and its probability (a float32 as a Python float).
+
+        The agent's diagnosis thread calls this for every window. ``window`` has the sample
+        shape, or ``(1, *sample_shape)``; other shapes go through :meth:`predict` (first
+        window of a batch) and raise as there.
+        """
+        runner = self._current  # one reference, read at once: session and model agree
+        if runner is not None and isinstance(window, np.ndarray) and window.shape in runner.shapes:
+            top = runner.top_one(window)
+            if top is not None:
+                return runner.model, top[0], top[1]
+        prediction = self.predict(window)
+        class_id = int(prediction.class_ids[0])
+        return prediction.model, class_id, prediction.probabilities.item(0, class_id)
+
     def _session(self, onnx_bytes: bytes, version: int) -> _Session:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.intra_op_threads
@@ -377,3 +284,15 @@ class OnnxDiagnoser:
                 "window; expected (1, n_classes) with n_classes ≥ 2"
             )
         return int(probabilities.shape[1])
+
+
+__all__ = [
+    "INPUT_NAME",
+    "PROBABILITIES_OUTPUT",
+    "LoadedModel",
+    "ModelIntegrityError",
+    "NoModelError",
+    "OnnxDiagnoser",
+    "Prediction",
+    "default_providers",
+]

@@ -172,6 +172,8 @@ class AgentMetrics:
         self._class_names: tuple[str, ...] = ()
         self._diagnosis_counters: dict[str, Counter] = {}
         """``diagnoses`` labelled with each class name, looked up once."""
+        self._counters_by_id: list[Counter] = []
+        """The same in class-id order."""
         self._add_alarm_metrics(reg)
         self.set_class_names(class_names)
 
@@ -244,6 +246,7 @@ class AgentMetrics:
                 gauge = self.diagnosis_streak_windows.labels(class_name=name)
                 gauge.set(0)
                 self._streak_gauges[name] = gauge
+        self._counters_by_id = [self._diagnosis_counters[name] for name in names]
         self._class_names = names
 
     def observe_diagnoses(self, class_ids: Sequence[int], latency_s: float) -> None:
@@ -279,11 +282,10 @@ class AgentMetrics:
     def observe_diagnosis(self, class_id: int, latency_s: float) -> None:
         """:meth:`observe_diagnoses` of one window (the agent's diagnosis thread), without
         building a batch: its class id and the call's latency, seconds."""
-        if not 0 <= class_id < len(self._class_names):
+        counters = self._counters_by_id
+        if not (0 <= class_id < len(counters) and 0.0 <= latency_s < math.inf):
             self.observe_diagnoses([class_id], latency_s)  # raises, naming what is wrong
-        if not (math.isfinite(latency_s) and latency_s >= 0):
-            raise ValueError(f"inference latency {latency_s!r} s must be a finite number >= 0")
-        self._diagnosis_counters[self._class_names[class_id]].inc()
+        counters[class_id].inc()
         self.windows_processed.inc()
         self.inference_latency_seconds.observe(latency_s)
 

@@ -10,12 +10,13 @@
 * a worker thread answers tasks one at a time from a bounded queue
   (:class:`~edge_agent.task_worker.TaskWorker`, :class:`~edge_agent.task_runner.TaskRunner`);
 * a diagnosis thread takes windows from the source, runs the active ONNX model on each and
-  hands the diagnosis to :class:`~edge_agent.diagnosis_delivery.DiagnosisDelivery`: published
-  at once while connected, kept in the bounded on-disk outbox while the broker is away, then
-  written to the local log — a full disk stops the log, not the publishing. Windows that
-  arrive before the first model wait in a bounded backlog; a model swap never drops a window;
-* an outbox thread sends the diagnoses kept during a broker outage once it is back, in
-  order (:mod:`edge_agent.diagnosis_delivery`);
+  hands the diagnosis's JSON to :class:`~edge_agent.diagnosis_delivery.DiagnosisDelivery`:
+  handed to the outbox thread to publish at once while connected, kept in the bounded on-disk
+  outbox while the broker is away, then written to the local log — a full disk stops the
+  log, not the publishing. Windows that arrive before the first model wait in a bounded
+  backlog; a model swap never drops a window;
+* an outbox thread publishes the diagnoses handed to it and sends those kept during a
+  broker outage once it is back, in order (:mod:`edge_agent.diagnosis_delivery`);
 * a heartbeat thread publishes the retained heartbeat (last seen, last diagnosis, fault
   streak) every ``diagnosis.heartbeat_s`` (:class:`~edge_agent.activity.Activity`);
 * a labels thread looks for new labels every ``labels.rescan_s`` (rows appended to a
@@ -64,10 +65,10 @@ from edge_agent.window_store import WindowStore
 from faultfleet import __version__
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.wire.codec import RejectReason
+from faultfleet.wire.diagnosis_json import DiagnosisEncoder
 from faultfleet.wire.messages import (
     AgentStatus,
     ClusterAssignment,
-    Diagnosis,
     ModelAnnouncement,
     ModelSpec,
 )
@@ -160,6 +161,8 @@ class AgentService:
         )
         self.class_names: tuple[str, ...] = source.class_names
         self.windows_diagnosed = 0
+        self._encoder: tuple[LoadedModel, DiagnosisEncoder] | None = None
+        """The last model that diagnosed and the JSON encoder of its diagnoses."""
         self._lock = threading.Lock()
         offline = AgentStatus(agent_id=self.agent_id, state="offline").model_dump_json()
         self.connection = MqttConnection(
@@ -366,28 +369,31 @@ class AgentService:
 
     def _diagnose_one(self, window: Window) -> None:
         started = time.perf_counter()
-        prediction = self.diagnoser.predict(window.samples)
+        model, class_id, probability = self.diagnoser.predict_top(window.samples)
         latency = time.perf_counter() - started
-        model = prediction.model
-        class_id = int(prediction.class_ids[0])
-        if self.class_names != model.names():
-            self._use_class_names(model)  # the model that answered names it
-        probability = prediction.probabilities.item(0, class_id)  # float32 as a Python float
-        diagnosis = Diagnosis(
-            agent_id=self.agent_id,
-            window_index=self.windows_diagnosed,
-            class_id=class_id,
-            class_name=self.class_names[class_id],
-            probability=min(1.0, max(0.0, probability)),
-            model_version=model.version,
-            cluster_id=model.cluster_id,
-            timestamp=window.timestamp,
-            latency_s=latency,
-            true_label=window.true_label,
-            origin=window.origin,
+        names = self.class_names
+        cached = self._encoder  # (model, its encoder), made again when either changes
+        if cached is None or cached[0] is not model or cached[1].class_names is not names:
+            cached = self._encoder = (model, self._encoder_for(model))
+        encoder = cached[1]
+        probability = min(1.0, max(0.0, probability))
+        payload = encoder.encode(
+            self.windows_diagnosed,
+            class_id,
+            probability,
+            window.timestamp,
+            latency,
+            window.true_label,
+            window.origin,
         )
         self.windows_diagnosed += 1
         self.windows.keep(window.samples, window.timestamp)
         self.metrics.observe_diagnosis(class_id, latency)
-        self.activity.observe(diagnosis)
-        self.delivery.deliver(diagnosis)
+        self.activity.observe_json(encoder.class_names[class_id], probability, payload)
+        self.delivery.deliver_json(payload)
+
+    def _encoder_for(self, model: LoadedModel) -> DiagnosisEncoder:
+        """The JSON encoder of the diagnoses of ``model``, named after its own classes."""
+        if self.class_names != model.names():
+            self._use_class_names(model)  # the model that answered names it
+        return DiagnosisEncoder(self.agent_id, model.version, model.cluster_id, self.class_names)

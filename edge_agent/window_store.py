@@ -124,8 +124,8 @@ class WindowStore:
         logged and counted, not raised."""
         if not self.enabled:
             return
-        flat = np.asarray(samples, dtype="<f4").reshape(self.sample_size)
-        record = _TIME.pack(timestamp) + flat.tobytes()
+        flat = np.ascontiguousarray(samples, dtype="<f4").reshape(self.sample_size)
+        record = b"".join((_TIME.pack(timestamp), flat.data))  # one copy of the samples
         with self._lock:
             if self._batch.add(record):
                 self._write_batch()

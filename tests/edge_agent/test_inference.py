@@ -119,6 +119,37 @@ def test_one_window_gives_what_session_run_gives(
     assert len({id(p.probabilities) for p in alone}) == len(alone)
 
 
+@pytest.mark.parametrize("busy", [False, True])
+def test_the_top_class_of_one_window_is_predicts(
+    exports: tuple[ExportedModel, ...], windows: FloatArray, busy: bool
+) -> None:
+    # Prepare: the bound buffers free, or in use by another thread (plain session.run)
+    diagnoser = OnnxDiagnoser(SHAPE)
+    loaded = _load(diagnoser, exports[0], version=1)
+    expected = diagnoser.predict(windows)
+    runner = diagnoser._current
+    assert runner is not None
+    if busy:
+        runner._busy.acquire()
+
+    # Execute: each window alone, as (1, 1024), as (1, 1, 1024) and as float64
+    tops = [
+        diagnoser.predict_top(w)
+        for form in (windows, windows[:, np.newaxis], windows.astype(np.float64))
+        for w in form
+    ]
+
+    # Assert: the same model, class and probability (a float32 read as a Python float)
+    wanted = [
+        (loaded, int(c), expected.probabilities.item(i, int(c)))
+        for i, c in enumerate(expected.class_ids)
+    ]
+    assert all(type(top[2]) is float for top in tops)
+    for top, (model, class_id, probability) in zip(tops, wanted * 3, strict=True):
+        assert (top[0], top[1]) == (model, class_id)
+        assert top[2] == pytest.approx(probability, abs=1e-6)
+
+
 def test_one_window_at_a_time_from_many_threads(
     exports: tuple[ExportedModel, ...], windows: FloatArray
 ) -> None:

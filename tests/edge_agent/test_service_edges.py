@@ -93,6 +93,7 @@ def test_a_full_disk_stops_the_log_not_the_published_diagnoses(
     with caplog.at_level(logging.ERROR, logger="edge_agent.diagnosis_delivery"):
         for index in range(3):
             agent._diagnose_safely(_window(index))
+        agent.delivery.send_handed_over()  # what the outbox thread does when woken
         agent.delivery.flush_log()
 
     # Assert
@@ -168,6 +169,7 @@ def test_a_restarted_agent_names_diagnoses_after_its_saved_models_classes(
     agent._restore_model()
     for index in range(20):
         agent._diagnose_safely(_window(index))
+    agent.delivery.send_handed_over()
 
     # Assert: every window diagnosed and named after the model
     assert agent.class_names == MODEL_CLASSES
@@ -175,3 +177,46 @@ def test_a_restarted_agent_names_diagnoses_after_its_saved_models_classes(
     assert len(diagnoses) == 20
     assert all(d.class_name == MODEL_CLASSES[d.class_id] for d in diagnoses)
     assert value(agent.metrics.registry, "faultfleet_thread_errors_total", thread="diagnosis") == 0
+
+
+def test_a_diagnosis_is_published_logged_and_remembered_as_the_messages_own_json(
+    tmp_path: Path, exported: ExportedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: a labelled window, a model naming its classes
+    agent, published = _agent(tmp_path, monkeypatch, flush_delay_s=0.0)
+    agent.diagnoser.load(
+        exported.onnx_bytes,
+        sha256=exported.sha256,
+        version=4,
+        cluster_id="c0",
+        class_names=MODEL_CLASSES,
+    )
+    window = Window(_window(5).samples, 1700000000.25, 3, origin='pump "3" @ 5')
+    expected = agent.diagnoser.predict(window.samples)
+
+    # Execute
+    agent._diagnose_safely(window)
+    agent.delivery.send_handed_over()
+
+    # Assert: the model reads what was published back as the diagnosis it would have made,
+    # and writes it again byte for byte; the log and the heartbeat hold the same
+    (payload,) = published
+    message = Diagnosis.model_validate_json(payload)
+    class_id = int(expected.class_ids[0])
+    assert message == Diagnosis(
+        agent_id="m07",
+        window_index=0,
+        class_id=class_id,
+        class_name=MODEL_CLASSES[class_id],
+        probability=expected.probabilities.item(0, class_id),
+        model_version=4,
+        cluster_id="c0",
+        timestamp=1700000000.25,
+        latency_s=message.latency_s,
+        true_label=3,
+        origin='pump "3" @ 5',
+    )
+    assert message.latency_s > 0
+    assert payload == message.model_dump_json().encode()
+    assert agent.log.path.read_bytes() == payload + b"\n"
+    assert agent.activity.heartbeat().last_diagnosis == message
