@@ -216,12 +216,21 @@ def broker_table(settings: BrokerSettings) -> dict[str, Any]:
     return {"host": settings.host, "port": settings.port}
 
 
+CLI_WITH_CTRL_C = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('faultfleet_apps.cli.main', run_name='__main__', alter_sys=True)"
+)
+"""``python -m faultfleet_apps.cli.main`` with Ctrl-C (SIGINT) as a terminal gives it: a
+test run started in the background ignores SIGINT, and so would every process it starts."""
+
+
 def start_cli(arguments: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """``python -m faultfleet_apps.cli.main ARGUMENTS`` with its output in ``log_path``."""
+    """``python -m faultfleet_apps.cli.main ARGUMENTS`` with its output in ``log_path``,
+    SIGINT raising KeyboardInterrupt in it whatever the test run ignores."""
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "faultfleet_apps.cli.main", *arguments],
+            [sys.executable, "-c", CLI_WITH_CTRL_C, *arguments],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
