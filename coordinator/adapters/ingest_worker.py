@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from coordinator.adapters.answer_workers import AnswerWorkers
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.journal_writer import Entry, JournalWriter
+from coordinator.adapters.round_tasks import decoded_update
 from coordinator.strategies.robust import AggregationPolicy
 from coordinator.strategies.sketch import UpdateSketcher
 from coordinator.strategies.streaming import StreamBounds, UpdateStream
@@ -338,15 +339,11 @@ def _fit_result(
 ) -> FitResult:
     """The update of a checked fit answer: its weights decoded from ``body`` (a view of the
     message unless ``copy``), Δθ derived against the round's model it trained."""
-    weights = decode_tensors(
-        body, answer.encoding, {"weights": plan.n_params}, max_bytes=max_bytes, copy=copy
-    )["weights"]
-    return FitResult(
-        answer.agent_id,
-        answer.model_key,
-        weights,
-        None,
-        answer.num_samples,
-        answer.train_loss,
-        base=stream.models[answer.model_key],
+    return decoded_update(
+        answer,
+        body,
+        stream.models[answer.model_key],
+        n_params=plan.n_params,
+        max_bytes=max_bytes,
+        copy=copy,
     )

@@ -153,8 +153,31 @@ def fit_result(
             RejectReason.UNKNOWN_TASK,
             f"update for model {answer.model_key!r}, the task offered {sorted(pending.models)}",
         )
+    return decoded_update(
+        answer, body, pending.models[answer.model_key], n_params=n_params, max_bytes=max_bytes
+    )
+
+
+def decoded_update(
+    answer: FitUpdateMessage,
+    body: bytes | memoryview,
+    base: FloatArray,
+    *,
+    n_params: int,
+    max_bytes: int,
+    copy: bool = False,
+) -> FitResult:
+    """The :class:`~faultfleet.tasks.FitResult` of ``answer``: its weights decoded from
+    ``body`` (a read-only view of it unless ``copy``), Δθ derived against ``base``, the
+    model it trained, shape (n_params,).
+
+    Raises
+    ------
+    WireError
+        The body's reasons (:func:`~faultfleet.wire.codec.decode_tensors`).
+    """
     weights = decode_tensors(
-        body, answer.encoding, {"weights": n_params}, max_bytes=max_bytes, copy=False
+        body, answer.encoding, {"weights": n_params}, max_bytes=max_bytes, copy=copy
     )["weights"]
     return FitResult(
         answer.agent_id,
@@ -163,7 +186,7 @@ def fit_result(
         None,
         answer.num_samples,
         answer.train_loss,
-        base=pending.models[answer.model_key],
+        base=base,
     )
 
 
