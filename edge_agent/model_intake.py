@@ -196,6 +196,17 @@ class ModelIntake:
             self._frames[cluster_id] = ModelFrame(announcement, body)
         return announcement
 
+    @property
+    def kept_clusters(self) -> list[str]:
+        """The clusters whose model frame is kept, sorted."""
+        with self._lock:
+            return sorted(self._frames)
+
+    def forget(self, cluster_id: str) -> None:
+        """Drop the frame kept for ``cluster_id`` (a cluster the agent no longer follows)."""
+        with self._lock:
+            self._frames.pop(cluster_id, None)
+
     def candidate(self) -> tuple[ModelFrame, bytes] | None:
         """The kept frame the current assignment names (run, cluster, version, digest), and
         the assignment's signed message; None while there is no such frame."""

@@ -70,7 +70,7 @@ class ModelUpdates:
         self.on_loaded = on_loaded
         self.assignment_path = store.directory / ASSIGNMENT_FILE
         self._model_topics: dict[str, str] = {}
-        """Model topic → its cluster id, for every cluster this agent has followed."""
+        """Model topic → cluster id of the cluster this agent follows (one at most)."""
         self._refusals_logged: set[tuple[str, ModelRejectReason]] = set()
         self._changed = threading.Event()
         self._lock = threading.Lock()
@@ -144,21 +144,38 @@ class ModelUpdates:
             self._follow(assignment)
 
     def _follow(self, assignment: ClusterAssignment) -> None:
-        """Subscribe to the assigned cluster's model topic (once) and wake the loader."""
+        """Follow the assigned cluster's model topic only, and wake the loader.
+
+        The topics and kept frames of clusters followed before are dropped: over years of
+        campaigns an agent passes through many cluster ids, and every frame kept is a
+        model's size (17.6 MB with the paper model) while the broker would go on sending
+        each of their new versions.
+        """
         model_topic = self.topics.cluster_model(assignment.cluster_id)
         with self._lock:
+            left = {t: c for t, c in self._model_topics.items() if t != model_topic}
             new_route = model_topic not in self._model_topics
-            self._model_topics[model_topic] = assignment.cluster_id
+            self._model_topics = {model_topic: assignment.cluster_id}
+        for topic, cluster_id in left.items():
+            self.connection.unroute(topic, self.on_model)
+            self.intake.forget(cluster_id)
         if new_route:
             self.connection.route(model_topic, self.on_model)
         self._changed.set()
 
     def on_model(self, topic: str, payload: bytes) -> None:
-        """Handler of a followed ``clusters/{cluster}/model``: keep the frame if it verifies."""
-        if not payload:
-            return
+        """Handler of the followed ``clusters/{cluster}/model``: keep the frame if it verifies.
+
+        An empty payload (the coordinator cleared a cluster it no longer serves) drops the
+        kept frame.
+        """
         with self._lock:
-            cluster_id = self._model_topics[topic]
+            cluster_id = self._model_topics.get(topic)
+        if cluster_id is None:  # in flight when the agent moved on
+            return
+        if not payload:
+            self.intake.forget(cluster_id)
+            return
         try:
             self.intake.accept_model(cluster_id, payload)
         except ModelRefusedError as refusal:

@@ -88,6 +88,17 @@ class Dispatcher:
             self._routes.append((topic_filter, handler))
         return new
 
+    def remove(self, topic_filter: str, handler: Handler) -> bool:
+        """Remove one route; True when no route uses ``topic_filter`` any more (unsubscribe).
+
+        False as well when there was no such route.
+        """
+        with self._lock:
+            if (topic_filter, handler) not in self._routes:
+                return False
+            self._routes.remove((topic_filter, handler))
+            return all(existing != topic_filter for existing, _ in self._routes)
+
     def filters(self) -> list[str]:
         """The distinct topic filters, in the order they were first routed."""
         with self._lock:

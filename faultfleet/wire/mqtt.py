@@ -6,16 +6,13 @@ what both services need: a retained last will, reconnection with exponential bac
 (including a first connection to a broker that is still down), every failed try logged at
 once with its reason (:mod:`faultfleet.wire.connect_failures`), a routing table whose
 subscriptions are renewed on every reconnect, payload size limits in both directions, and
-handlers that can never kill the network loop: an exception is logged with its topic,
-counted and reported, and the next message is handled as usual. With
-``persistent_session`` the broker keeps the session across disconnections (MQTT 3.1.1
-``clean_session=False``; why not MQTT 5: :mod:`faultfleet.wire.mqtt_client`); QoS 1 messages
-published while disconnected wait in the client and go out after reconnecting, and
-:meth:`MqttConnection.publish_many` / :meth:`MqttConnection.wait_acknowledged` let a caller
-send a backlog in order, at least once.
-
-Handlers run on paho's network thread, one at a time, in arrival order. A handler must be
-quick (hand long work to another thread): while it runs no keep-alive is answered.
+handlers that can never kill the network loop (an exception is logged with its topic and
+counted). With ``persistent_session`` the broker keeps the session across disconnections
+(MQTT 3.1.1 ``clean_session=False``; why not MQTT 5: :mod:`faultfleet.wire.mqtt_client`);
+QoS 1 messages published while disconnected go out after reconnecting, and
+:meth:`MqttConnection.publish_many` / :meth:`MqttConnection.wait_acknowledged` send a
+backlog in order, at least once. Handlers run on paho's network thread, one at a time, in
+arrival order, and must be quick: while one runs no keep-alive is answered.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
@@ -37,7 +33,13 @@ from faultfleet.wire.connect_failures import (
     describe_socket_error,
 )
 from faultfleet.wire.dispatch import ConnectionState, Dispatcher, Handler, PublishError, Will
-from faultfleet.wire.mqtt_client import FailureReportingClient, Sender, make_client, wait_published
+from faultfleet.wire.mqtt_client import (
+    FailureReportingClient,
+    Sender,
+    Subscriber,
+    make_client,
+    wait_published,
+)
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.topics import shared
 
@@ -118,10 +120,10 @@ class MqttConnection:
         self._stopped = False
         self._mqtt5 = mqtt5
         self._persistent = persistent_session
-        self._subscriptions: dict[str, str] = {}  # filter → ``$share/{group}/{filter}``
         self._network_thread: int | None = None
         self._client = self._make_client(will, persistent_session, reconnect_min_s, reconnect_max_s)
         self._sender = Sender(self._client, client_id, settings, self.broker_address)
+        self._subscriber = Subscriber(self._client)
 
     def _make_client(
         self, will: Will | None, persistent: bool, reconnect_min_s: float, reconnect_max_s: float
@@ -200,10 +202,17 @@ class MqttConnection:
         if share_group is not None:
             if not self._mqtt5:
                 raise ValueError("shared subscriptions need MQTT 5: build with mqtt5=True")
-            self._subscriptions[topic_filter] = shared(share_group, topic_filter)
+            self._subscriber.names[topic_filter] = shared(share_group, topic_filter)
         with self._state.lock:
             if self.dispatcher.add(topic_filter, handler) and self._state.connected:
                 self._subscribe(topic_filter)
+
+    def unroute(self, topic_filter: str, handler: Handler) -> None:
+        """Undo :meth:`route`; unsubscribes once no route uses the filter (now when
+        connected, else on reconnecting: a persistent session keeps it while away)."""
+        with self._state.lock:
+            if self.dispatcher.remove(topic_filter, handler):
+                self._subscriber.unsubscribe(topic_filter, connected=self._state.connected)
 
     def publish(
         self, topic: str, payload: bytes | str, *, retain: bool = False, qos: int = 1
@@ -238,8 +247,7 @@ class MqttConnection:
         """
         self._refuse_on_network_thread("publish_wait()")
         data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
-        info = self._sender.send(topic, data, retain=retain, qos=1)
-        if not wait_published(info, timeout_s):
+        if not wait_published(self._sender.send(topic, data, retain=retain, qos=1), timeout_s):
             raise TimeoutError(
                 f"broker {self.broker_address} did not acknowledge the message to {topic!r} "
                 f"within {timeout_s:.1f} s (connected: {self.connected}); it stays queued"
@@ -308,16 +316,8 @@ class MqttConnection:
 
     def _subscribe(self, topic_filter: str) -> None:
         # Called with the lock held, so on_subscribe cannot see the mid before it is recorded.
-        result, mid = self._client.subscribe(
-            self._subscriptions.get(topic_filter, topic_filter), qos=1
-        )
-        if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+        if (mid := self._subscriber.subscribe(topic_filter)) is not None:
             self._state.subscriptions.sent(mid, topic_filter)
-        else:
-            reason = paho.error_string(result)
-            logger.warning(
-                "subscribing to %s failed (%s); retried on reconnect", topic_filter, reason
-            )
 
     def _on_connect(
         self,
@@ -342,6 +342,7 @@ class MqttConnection:
         )
         with self._state.lock:
             self._state.subscriptions.reset()
+            self._subscriber.settle()
             for topic_filter in self.dispatcher.filters():
                 self._subscribe(topic_filter)
             changed = self._state.mark(True)

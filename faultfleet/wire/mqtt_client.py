@@ -133,6 +133,44 @@ def make_client(
     return client
 
 
+class Subscriber:
+    """The connection's SUBSCRIBE and UNSUBSCRIBE packets (QoS 1), by topic filter.
+
+    ``names`` maps a filter to the name it is subscribed under (``$share/{group}/{filter}``
+    for a shared subscription). A persistent session keeps its subscriptions on the broker
+    while the client is away, so a filter dropped while disconnected is owed an
+    UNSUBSCRIBE, sent by :meth:`settle` once connected again.
+    """
+
+    def __init__(self, client: paho.Client) -> None:
+        self._client = client
+        self.names: dict[str, str] = {}
+        self._owed: set[str] = set()
+
+    def subscribe(self, topic_filter: str) -> int | None:
+        """Send a SUBSCRIBE; its packet id, or None when it could not be sent (logged)."""
+        name = self.names.get(topic_filter, topic_filter)
+        self._owed.discard(name)
+        result, mid = self._client.subscribe(name, qos=1)
+        if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+            return mid
+        reason = paho.error_string(result)
+        logger.warning("subscribing to %s failed (%s); retried on reconnect", topic_filter, reason)
+        return None
+
+    def unsubscribe(self, topic_filter: str, *, connected: bool) -> None:
+        """Send an UNSUBSCRIBE now when ``connected``, else once :meth:`settle` runs."""
+        name = self.names.pop(topic_filter, topic_filter)
+        if not connected or self._client.unsubscribe(name)[0] != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            self._owed.add(name)
+
+    def settle(self) -> None:
+        """Send the UNSUBSCRIBEs owed from while the connection was down."""
+        owed, self._owed = sorted(self._owed), set()
+        for name in owed:
+            self.unsubscribe(name, connected=True)
+
+
 def wait_published(info: paho.MQTTMessageInfo, timeout_s: float) -> bool:
     """Wait up to ``timeout_s`` seconds for the broker's PUBACK; True once it arrived."""
     info.wait_for_publish(timeout=max(timeout_s, 0.0))

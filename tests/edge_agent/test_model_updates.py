@@ -35,9 +35,9 @@ def exported() -> ExportedModel:
     return export_model(build_model("compact", SHAPE, len(CLASSES), seed=0), SHAPE)
 
 
-def _announcement(model: ExportedModel, version: int) -> bytes:
+def _announcement(model: ExportedModel, version: int, cluster: str = "c0") -> bytes:
     header = ModelAnnouncement(
-        cluster_id="c0",
+        cluster_id=cluster,
         version=version,
         sha256=model.sha256,
         size_bytes=len(model.onnx_bytes),
@@ -52,10 +52,10 @@ def _announcement(model: ExportedModel, version: int) -> bytes:
     return encode_frame(KEY.sign(header), model.onnx_bytes)
 
 
-def _assignment(model: ExportedModel, version: int) -> bytes:
+def _assignment(model: ExportedModel, version: int, cluster: str = "c0") -> bytes:
     message = ClusterAssignment(
         agent_id="m07",
-        cluster_id="c0",
+        cluster_id=cluster,
         model_version=version,
         sha256=model.sha256,
         run_id="run-1",
@@ -134,3 +134,31 @@ def test_a_model_onnx_runtime_refuses_is_counted_and_changes_nothing(
     registry = updates.metrics.registry
     assert value(registry, "faultfleet_models_rejected_total", reason="unloadable") == 1.0
     assert not updates.assignment_path.exists()
+
+
+def test_moving_to_another_cluster_drops_the_old_clusters_topic_and_frame(
+    tmp_path: Path, exported: ExportedModel
+) -> None:
+    # Prepare: the agent follows c0 and keeps its frame
+    loaded: list[str] = []
+    updates = _updates(tmp_path, loaded)
+    updates.on_assignment(TOPICS.assignment("m07"), _assignment(exported, 1))
+    updates.on_model(TOPICS.cluster_model("c0"), _announcement(exported, 1))
+    assert updates.apply() is not None
+
+    # Execute: reassigned to c1, whose frame arrives; then a late c0 frame, then c1 cleared
+    updates.on_assignment(TOPICS.assignment("m07"), _assignment(exported, 2, "c1"))
+    updates.on_model(TOPICS.cluster_model("c1"), _announcement(exported, 2, "c1"))
+    kept_after_move = updates.intake.kept_clusters
+    updates.on_model(TOPICS.cluster_model("c0"), _announcement(exported, 3))
+    routes = updates.connection.dispatcher.filters()
+    updates.on_model(TOPICS.cluster_model("c1"), b"")
+
+    # Assert
+    assert kept_after_move == ["c1"]
+    assert routes == [TOPICS.cluster_model("c1")]
+    assert not updates.is_model_topic(TOPICS.cluster_model("c0"))
+    assert updates.is_model_topic(TOPICS.cluster_model("c1"))
+    assert updates.intake.kept_clusters == []
+    assert updates.intake.candidate() is None
+    assert loaded == ["c0"]

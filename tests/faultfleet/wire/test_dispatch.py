@@ -35,6 +35,32 @@ def test_dispatch_calls_every_matching_handler_in_route_order() -> None:
     assert dispatcher.filters() == ["a/#", "a/b"]
 
 
+def test_remove_drops_one_route_and_says_when_the_filter_is_unused() -> None:
+    # Prepare
+    calls: list[str] = []
+
+    def first(topic: str, payload: bytes) -> None:
+        calls.append(f"first {topic}")
+
+    def second(topic: str, payload: bytes) -> None:
+        calls.append(f"second {topic}")
+
+    dispatcher = Dispatcher(matches=_matches, max_payload_bytes=10)
+    dispatcher.add("a/#", first)
+    dispatcher.add("a/#", second)
+
+    # Execute
+    still_used = dispatcher.remove("a/#", first)
+    unknown = dispatcher.remove("a/#", first)
+    dispatcher.dispatch("a/b", b"x")
+    unused = dispatcher.remove("a/#", second)
+
+    # Assert
+    assert (still_used, unknown, unused) == (False, False, True)
+    assert calls == ["second a/b"]
+    assert dispatcher.filters() == []
+
+
 def test_a_raising_handler_does_not_stop_the_others() -> None:
     # Prepare
     calls: list[bytes] = []

@@ -270,6 +270,48 @@ def test_persistent_session_receives_qos1_messages_sent_while_it_was_away(
     assert inbox.payloads == [b"m0", b"m1", b"m2"]
 
 
+@pytest.mark.parametrize("while_connected", [True, False])
+def test_unroute_unsubscribes_the_persistent_session(
+    connect: Connect, while_connected: bool
+) -> None:
+    # Prepare: a persistent session subscribed to ff/gone/#
+    first = connect("leaver", start=False, persistent_session=True)
+    first.route("ff/gone/#", Inbox())
+    first.start()
+    assert first.wait_subscribed(TIMEOUT_S)
+    first.stop()
+
+    # Execute: the same session drops the route (while connected, or before connecting)
+    second = connect("leaver", start=False, persistent_session=True)
+    inbox = Inbox()
+    second.route("ff/gone/#", inbox)
+    if while_connected:
+        second.start()
+        assert second.wait_subscribed(TIMEOUT_S)
+        second.unroute("ff/gone/#", inbox)
+    else:
+        second.unroute("ff/gone/#", inbox)
+        second.start()
+    second.route("ff/kept", inbox)
+    assert second.wait_subscribed(TIMEOUT_S)
+    second.stop()
+    sender = connect("gone-sender")
+    sender.publish_wait("ff/gone/1", b"queued only if still subscribed")
+    sender.publish_wait("ff/kept", b"queued")
+    third_inbox = Inbox()
+    third = connect("leaver", start=False, persistent_session=True)
+    third.route("ff/#", third_inbox)
+    third.start()
+
+    # Assert: the broker queued the kept topic's message only
+    assert third_inbox.wait_for(1)
+    assert third.wait_subscribed(TIMEOUT_S)
+    sender.publish_wait("ff/marker", b"after")
+    assert third_inbox.wait_for(2)
+    assert third_inbox.messages == [("ff/kept", b"queued"), ("ff/marker", b"after")]
+    assert inbox.messages == []
+
+
 def test_oversized_publish_raises_value_error_naming_the_sizes() -> None:
     settings = BrokerSettings(port=free_port(), max_payload_bytes=1024)
     connection = MqttConnection(client_id="big", settings=settings)
