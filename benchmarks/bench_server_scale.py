@@ -1,7 +1,19 @@
-"""FLACC's server step at 1,000 to 20,000 agents: sketches and sampled pairs against exact.
+"""A strategy's server step at 1,000 to 20,000 agents: sketches against exact comparisons.
 
 Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
-       [--rounds 8] [--json FILE] [--exact-up-to 20000] [--partners 32] [--epsilon 0.25]
+       [--strategy flacc|flhc|cfl] [--rounds 8] [--json FILE] [--exact-up-to 20000]
+       [--partners 32] [--epsilon 0.25]
+
+``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
+(``pairwise = "sketch"`` against ``"exact"``): both take every agent's update in a round —
+FL+HC in its clustering round (round 1 here, no warm-up; round 2 is FedAvg per cluster),
+CFL every round (``criterion = "similarity"``, splits from round 1) — and neither can
+stream: FL+HC averages its clusters once the labels are known, CFL tests every cluster
+against its members' cosines. So they hold all N updates (N × 60,432 × 4 bytes: 2.4 GB at
+10,000) and a quadratic matrix (FL+HC: N²/2 distances; CFL: N × N cosines, several
+float64 copies in the bipartition) whatever the comparison; sketches remove the n of the
+N²·n, not the N². Pick the fleet sizes accordingly (``docs/federated.md`` gives how far
+they reached here); ``--rounds`` is capped at 2 for FL+HC.
 
 The server step is everything the coordinator does with a round's updates once they are
 decoded: sample the round (c = 0.25), fold every update into the running sum of its model
@@ -54,7 +66,9 @@ from pathlib import Path
 import numpy as np
 from server_scale_updates import SyntheticFleet, recorded_updates
 
+from coordinator.strategies.base import Strategy
 from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
@@ -64,8 +78,64 @@ EXACT_EPSILON = 0.001
 """An ε whose JL dimension exceeds any model here: the sketch is the update itself."""
 
 
+def batch_worker(args: argparse.Namespace) -> None:
+    """As :func:`worker`, for a strategy that takes the round's updates as one list."""
+    recorded = recorded_updates(args.cache)
+    n = args.worker_agents
+    fleet = SyntheticFleet(recorded, n, seed=args.seed)
+    ids = [f"a{i:05d}" for i in range(n)]
+    options: dict[str, object] = {"pairwise": args.worker, "sketch_epsilon": args.epsilon}
+    options["sketch_seed"] = args.seed
+    if args.strategy == "flhc":
+        options["n_warmup"] = 0
+    else:
+        options.update(criterion="similarity", min_rounds=1)
+    strategy: Strategy = make_strategy(args.strategy, fraction=1.0, options=options)
+    strategy.averaging = Averaging(DEFAULT_POLICY)
+    strategy.initialize(ids, lambda _: recorded.base.copy())
+    rng = np.random.default_rng(args.seed)
+    steps, walls, updates = [], [], 0
+    rounds = min(args.rounds, 2) if args.strategy == "flhc" else args.rounds
+    for server_round in range(1, rounds + 1):
+        made = time.perf_counter()
+        instructions = strategy.configure_round(server_round, ids, rng)
+        results = []
+        for instruction in instructions:
+            agent, key = int(instruction.client_id[1:]), instruction.model_keys[0]
+            model = strategy.models[key]
+            weights = model + fleet.delta(agent)
+            samples = 100 + agent % 50
+            results.append(
+                FitResult(instruction.client_id, key, weights, None, samples, 0.5, base=model)
+            )
+        started, wall = time.process_time(), time.perf_counter()
+        strategy.aggregate_round(server_round, results, ())
+        steps.append(time.process_time() - started)
+        walls.append(time.perf_counter() - wall + (wall - made))
+        updates = len(results)
+        del results
+    labels = strategy.cluster_labels()
+    comparer = getattr(strategy, "comparer_", None)
+    sketcher = None if comparer is None else comparer.sketcher
+    line = {
+        "path": args.worker,
+        "agents": n,
+        "updates": updates,
+        "steps": steps,
+        "walls": walls,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "labels": [labels[c] for c in ids],
+        "pairs": updates * (updates - 1) // 2,
+        "sketch_dim": 0 if sketcher is None else sketcher.dim,
+    }
+    print(json.dumps(line))
+
+
 def worker(args: argparse.Namespace) -> None:
     """One path at one fleet size: print a JSON line with its timings, RSS and labels."""
+    if args.strategy != "flacc":
+        batch_worker(args)
+        return
     recorded = recorded_updates(args.cache)
     n = args.worker_agents
     fleet = SyntheticFleet(recorded, n, seed=args.seed)
@@ -128,6 +198,7 @@ def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, ob
     command += ["--rounds", str(args.rounds), "--seed", str(args.seed)]
     command += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
     command += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
+    command += ["--strategy", args.strategy]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{path} worker at {agents} agents failed:\n{done.stderr}")
@@ -139,6 +210,12 @@ def main() -> None:
     """Parse the command line; run every fleet size; print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, nargs="+", default=[1000, 2000, 5000, 10000, 20000])
+    parser.add_argument(
+        "--strategy",
+        choices=["flacc", "flhc", "cfl"],
+        default="flacc",
+        help="whose server step is timed (flhc, cfl: every agent answers each round)",
+    )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--exact-up-to", type=int, default=20_000)
@@ -161,6 +238,7 @@ def main() -> None:
     print("command: python " + shlex.join(sys.argv))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{os.cpu_count()} cpus, load average {load}; {args.rounds} rounds per fleet size")
+    print(f"strategy: {args.strategy}")
     recorded = recorded_updates(args.cache)
     print(f"recorded updates: {recorded.deltas.shape[0]} of {recorded.deltas.shape[1]} parameters")
     header = f"{'agents':>7}{'updates':>8}{'s/step':>8}{'worst':>8}{'wall':>8}{'RSS MB':>8}"

@@ -31,6 +31,15 @@ We follow Algorithm 1 of that paper:
 CFL needs every client's update every round, so it is only defined for ``fraction = 1.0``;
 FLACC (§II-C) names this full participation as CFL's main cost.
 
+``pairwise`` (:mod:`.pairwise`; exact below 1,000 clients by default): under ``"sketch"``
+the cosines α (eq. 9) that the bipartition, the similarity criterion and the evidence read
+are those of count sketches of the updates. The norm criterion stays exact: ‖Σ (n_i/n_c)
+Δθ_i‖ could be estimated from the sketches (the sketch is linear, so the sketch of the
+mean is the mean of the sketches, its norm within 1 ± ε), but an exact norm costs n
+operations per update, as a sketch does, and keeps ε₁ and ε₂ in the units they were
+tuned in. The bipartition (complete linkage on the k × k cosines) stays quadratic in the
+members whatever the comparison.
+
 A client joining later joins the cluster of the model it was assigned (else the cluster of
 most clients) and trains its model from the next round; until a round in which every
 member of that cluster answered, the cluster is not tested for a split. A cluster that
@@ -46,16 +55,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import (
-    cosine_similarity_matrix,
-    update_norms,
-    weighted_average,
-)
+from coordinator.strategies.aggregate import update_norms, weighted_average
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.bipartition import bipartition_share, optimal_bipartition
 from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
 from coordinator.strategies.joining import grow_square, keep_square, most_served_key
 from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import FRACTION, Param
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
@@ -161,6 +167,7 @@ class CFL(Strategy):
             "(flacc and ifca take partial participation)",
             reference="FLACC §II-C",
         ),
+        *PAIRWISE_PARAMETERS,
     )
 
     def __init__(
@@ -173,6 +180,9 @@ class CFL(Strategy):
         criterion: str = "norms",
         cross_share: float = 0.5,
         fraction: float = 1.0,
+        pairwise: str = "auto",
+        sketch_epsilon: float = 0.25,
+        sketch_seed: int = 0,
     ) -> None:
         super().__init__(fraction=fraction)
         self.eps1 = eps1
@@ -181,10 +191,14 @@ class CFL(Strategy):
         self.min_cluster_size = min_cluster_size
         self.criterion = criterion
         self.cross_share = cross_share
+        self.pairwise = pairwise
+        self.sketch_epsilon = sketch_epsilon
+        self.sketch_seed = sketch_seed
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         first = cluster_key(0)
         self.models_[first] = np.array(model_factory(0), dtype=np.float32)
+        self.comparer_ = strategy_comparer(self, self._model_size(), len(self.client_ids_))
         self.clusters_: dict[str, str] = dict.fromkeys(self.client_ids_, first)
         self.next_cluster_id_ = 1
         self.last_norms_: dict[str, tuple[float, float]] = {}
@@ -228,9 +242,7 @@ class CFL(Strategy):
         self.last_shares_ = {}
         if results and not self._has_split():
             rows = [self._index(r.client_id) for r in results]
-            record_pairs(
-                self.similarity_, rows, cosine_similarity_matrix([r.delta for r in results])
-            )
+            record_pairs(self.similarity_, rows, self.comparer_.matrix([r.delta for r in results]))
         for key in [k for k in self.models_ if k in by_cluster]:
             members = by_cluster[key]
             counts = [r.num_samples for r in members]
@@ -298,10 +310,10 @@ class CFL(Strategy):
         """Split ``key`` if the criterion says so: norms (Sattler et al.) or similarity."""
         if self.criterion == "norms":
             if mean_norm < self.eps1 and max_norm > self.eps2:
-                similarity = cosine_similarity_matrix([r.delta for r in members])
+                similarity = self.comparer_.matrix([r.delta for r in members])
                 self._split(key, members, similarity, optimal_bipartition(similarity))
             return
-        similarity = cosine_similarity_matrix([r.delta for r in members])
+        similarity = self.comparer_.matrix([r.delta for r in members])
         halves = optimal_bipartition(similarity)
         share = bipartition_share(similarity, halves)
         self.last_shares_[key] = share
@@ -336,6 +348,7 @@ class CFL(Strategy):
         meta: JsonDict = {
             "clusters": [self.clusters_[c] for c in self.client_ids_],
             "next_cluster_id": self.next_cluster_id_,
+            "comparer": self.comparer_.state(),
         }
         return meta, {"similarity": self.similarity_.copy()}
 
@@ -349,6 +362,9 @@ class CFL(Strategy):
         if unknown:
             raise ValueError(f"state assigns clients to clusters without a model: {unknown}")
         self.clusters_ = dict(zip(self.client_ids_, clusters, strict=True))
+        self.comparer_ = strategy_comparer(
+            self, self._model_size(), len(clusters), meta.get("comparer")
+        )
         self.next_cluster_id_ = int(meta["next_cluster_id"])
         self.last_norms_ = {}
         self.last_splits_ = []

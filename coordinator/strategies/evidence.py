@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
+from coordinator.strategies.pairwise import UpdateComparer
 from faultfleet.tasks import FitResult
 from faultfleet.types import Float64Array
 
@@ -158,6 +159,8 @@ class SameModelSimilarity:
     ----------
     client_ids : sequence of str
         Registered clients, in registration order.
+    comparer : UpdateComparer, optional
+        Takes the cosines (exact or of sketches, :mod:`.pairwise`); exact when None.
 
     Attributes
     ----------
@@ -169,7 +172,8 @@ class SameModelSimilarity:
         The latest round recorded.
     """
 
-    def __init__(self, client_ids: Sequence[str]) -> None:
+    def __init__(self, client_ids: Sequence[str], comparer: UpdateComparer | None = None) -> None:
+        self.comparer = comparer
         self.client_ids_ = tuple(client_ids)
         m = len(self.client_ids_)
         self.matrix_ = np.full((m, m), np.nan)
@@ -185,11 +189,19 @@ class SameModelSimilarity:
         for members in by_model.values():
             if len(members) >= 2:
                 rows = [index[r.client_id] for r in members]
-                record_pairs(
-                    self.matrix_, rows, cosine_similarity_matrix([r.delta for r in members])
+                updates = [r.delta for r in members]
+                cosines = (
+                    cosine_similarity_matrix(updates)
+                    if self.comparer is None
+                    else self.comparer.matrix(updates)
                 )
+                record_pairs(self.matrix_, rows, cosines)
                 self.rounds_[np.ix_(rows, rows)] = server_round
         self.last_round_ = server_round
+
+    def comparer_state(self) -> dict[str, int | str] | None:
+        """The comparer's :meth:`~.pairwise.UpdateComparer.state`, to save (None: exact)."""
+        return None if self.comparer is None else self.comparer.state()
 
     def current(self) -> Float64Array:
         """The cosines measured in the last :data:`SAME_MODEL_MEMORY` rounds (others NaN)."""

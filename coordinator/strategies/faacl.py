@@ -69,6 +69,10 @@ Decisions on what the paper leaves open (``shared/papers/README.md`` settles ver
   original on no evidence); leaving (:meth:`FAACL.remove_clients`): the device leaves its
   cluster, an emptied cluster is deleted with its model and removed from every C.sup, and
   the partition it was in is tested again.
+- ``pairwise`` (:mod:`.pairwise`): FAACL's clustering compares losses — the asymmetric
+  support test of Algorithms 3–4 reads per-sample validation losses, not updates — so
+  there is nothing in it to sketch; the option applies to the same-model cosines of its
+  evidence (:class:`~.evidence.SameModelSimilarity`) only.
 - Results and probe answers are validated: a device may only train its own cluster's model
   or one its cluster supports, and only the devices asked may answer a probe.
 
@@ -82,7 +86,6 @@ the pure tests and bounds are in :mod:`.faacl_support`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -90,9 +93,11 @@ import numpy as np
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
 from coordinator.strategies.faacl_clusters import FAACLClusters
+from coordinator.strategies.faacl_parameters import FAACL_PARAMETERS
 from coordinator.strategies.faacl_probing import FAACLProbing
 from coordinator.strategies.faacl_support import Cluster, Partition
-from coordinator.strategies.parameters import FRACTION, Param
+from coordinator.strategies.pairwise import strategy_comparer
+from coordinator.strategies.parameters import Param
 from faultfleet.tasks import (
     Failure,
     FitInstruction,
@@ -127,77 +132,7 @@ class FAACL(Strategy):
 
     name: ClassVar[str] = "faacl"
     probes: ClassVar[bool] = True
-    parameters: ClassVar[tuple[Param, ...]] = (
-        replace(
-            FRACTION,
-            description="the client fraction c sampled for cluster training "
-            "after the initial rounds",
-        ),
-        Param(
-            "version",
-            "int",
-            1,
-            "the support test: 1, a Wilcoxon signed-rank test per device; 2, the pooled "
-            "mean loss difference against ε",
-            "FAACL §4.2, Algorithms 3 and 4",
-            choices=(1, 2),
-        ),
-        Param(
-            "epsilon",
-            "float",
-            1.0,
-            "the margin ε in nats: a candidate supports a cluster when its model is at most "
-            "this much worse on the cluster's devices",
-            "FAACL §4.2; 1.0 measured on mixed-fault",
-            low=0.0,
-        ),
-        Param(
-            "alpha",
-            "float",
-            0.05,
-            "the significance level α of the version 1 test",
-            "FAACL Algorithm 3",
-            low=0.0,
-            low_open=True,
-            high=1.0,
-            high_open=True,
-        ),
-        Param(
-            "hierarchical",
-            "bool",
-            True,
-            "hierarchical FAACL (true, the paper's experiments) or flat (false)",
-            "FAACL Algorithms 1 and 7",
-        ),
-        Param(
-            "init_rounds",
-            "int",
-            3,
-            "the rounds of local training by every available device before the first support test",
-            "FAACL Algorithm 2",
-            low=0,
-        ),
-        Param(
-            "patience",
-            "int",
-            3,
-            "the undecided rounds in a row after which a partition counts as stable",
-            "a bound on FAACL Algorithm 7's loop",
-            low=1,
-            optional=True,
-            none="wait for a quiet round, as the paper",
-        ),
-        Param(
-            "loss_range",
-            "float",
-            10.0,
-            "b − a, the width in nats of the interval per-sample loss differences lie in "
-            "(only for the bound reported with version 2)",
-            "FAACL Theorem 4.1",
-            low=0.0,
-            low_open=True,
-        ),
-    )
+    parameters: ClassVar[tuple[Param, ...]] = FAACL_PARAMETERS
 
     def __init__(
         self,
@@ -210,6 +145,9 @@ class FAACL(Strategy):
         init_rounds: int = 3,
         patience: int | None = 3,
         loss_range: float = 10.0,
+        pairwise: str = "auto",
+        sketch_epsilon: float = 0.25,
+        sketch_seed: int = 0,
     ) -> None:
         super().__init__(fraction=fraction)
         self.version = version
@@ -219,13 +157,18 @@ class FAACL(Strategy):
         self.init_rounds = init_rounds
         self.patience = patience
         self.loss_range = loss_range
+        self.pairwise = pairwise
+        self.sketch_epsilon = sketch_epsilon
+        self.sketch_seed = sketch_seed
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         self._hold_clusters()
-        self.same_model_ = SameModelSimilarity(self.client_ids_)
-        self.book_.new_singletons(self.client_ids_, np.array(model_factory(0), dtype=np.float32))
+        theta = np.array(model_factory(0), dtype=np.float32)
+        comparer = strategy_comparer(self, len(theta), len(self.client_ids_))
+        self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
+        self.book_.new_singletons(self.client_ids_, theta)
 
     def _hold_clusters(self) -> None:
         """A fresh bookkeeping on ``models_`` and the probing that acts on it."""
@@ -385,11 +328,15 @@ class FAACL(Strategy):
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
         meta = self.book_.state()
         meta["metrics"] = dict(self.probing_.metrics)
+        meta["comparer"] = self.same_model_.comparer_state()
         return meta, self.same_model_.arrays("same_model_")
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         self._hold_clusters()
         self.book_.load(meta, self.client_ids_)
         self.probing_.metrics = {str(k): float(v) for k, v in meta["metrics"].items()}
-        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        comparer = strategy_comparer(
+            self, self._model_size(), len(self.client_ids_), meta.get("comparer")
+        )
+        self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
         self.same_model_.load(self.client_ids_, arrays, "same_model_")

@@ -35,6 +35,13 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
   distance 1 to every other). Ward is defined for Euclidean distances only, so
   ``linkage="ward"`` requires ``metric="euclidean"``; ``average``, ``complete`` and
   ``single`` accept either metric.
+- ``pairwise`` (:mod:`.pairwise`; exact below 1,000 clients by default): under
+  ``"sketch"`` the dendrogram is built on count sketches of the updates — Euclidean
+  distances between sketches estimate those between updates within 1 ± ε, as the sketch
+  is linear, and Ward's centroid distances follow from them — and the evidence cosines
+  too. The clustering round still holds every answer (its clusters are averaged once the
+  labels are known) and a k × k distance matrix: memory k·n for the updates and k²/2
+  distances, whatever the comparison.
 - Clusters are keyed ``"cluster-k"``, k numbering clusters in order of their first client
   (registration order).
 - Clients that did not answer in the clustering round (offline or failed) stay on the
@@ -71,6 +78,7 @@ from coordinator.strategies.flhc_tree import (
 )
 from coordinator.strategies.joining import grow_square, keep_square, most_served_key
 from coordinator.strategies.keys import GLOBAL, cluster_key
+from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
@@ -157,6 +165,7 @@ class FLHC(Strategy):
             optional=True,
             none="no bound",
         ),
+        *PAIRWISE_PARAMETERS,
     )
 
     def __init__(
@@ -169,6 +178,9 @@ class FLHC(Strategy):
         metric: MetricName = "euclidean",
         min_clusters: int = 2,
         max_clusters: int | None = None,
+        pairwise: str = "auto",
+        sketch_epsilon: float = 0.25,
+        sketch_seed: int = 0,
     ) -> None:
         super().__init__(fraction=fraction)
         self.n_warmup = n_warmup
@@ -177,11 +189,15 @@ class FLHC(Strategy):
         self.metric = metric
         self.min_clusters = min_clusters
         self.max_clusters = max_clusters
+        self.pairwise = pairwise
+        self.sketch_epsilon = sketch_epsilon
+        self.sketch_seed = sketch_seed
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         self.models_[GLOBAL] = np.array(model_factory(0), dtype=np.float32)
+        self.comparer_ = strategy_comparer(self, self._model_size(), len(self.client_ids_))
         self.clustered_ = False
         self.clusters_: dict[str, str] = {}
         self.last_heights_: Float64Array | None = None
@@ -264,8 +280,9 @@ class FLHC(Strategy):
 
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
         """Cluster the answering clients by their updates; each cluster averages its members."""
-        deltas = [r.delta for r in results]
-        tree = linkage_tree(deltas, linkage_name=self.linkage, metric=self.metric)
+        rows = self.comparer_.rows([r.delta for r in results])  # the updates or sketches
+        sketched = self.comparer_.sketcher is not None
+        tree = linkage_tree(rows, linkage_name=self.linkage, metric=self.metric, gram=sketched)
         heights = np.asarray(tree[:, 2], dtype=np.float64)
         if self.distance_threshold is None:
             cut = largest_gap_cut(
@@ -274,10 +291,10 @@ class FLHC(Strategy):
         else:
             cut = float(self.distance_threshold)
         labels = flat_labels(tree, cut, len(results))
-        rows = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
-        cosine = cosine_similarity_matrix(deltas)
+        cosine = cosine_similarity_matrix(list(rows))
         np.fill_diagonal(cosine, np.nan)
-        self.similarity_[np.ix_(rows, rows)] = cosine
+        where = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
+        self.similarity_[np.ix_(where, where)] = cosine
         self.weakest_ = {cluster_key(k): h for k, h in weakest_heights(tree, labels).items()}
         self.cut_ = cut
         for position in range(int(labels.max()) + 1):
@@ -344,6 +361,7 @@ class FLHC(Strategy):
             "clusters": [self.clusters_.get(c) for c in self.client_ids_],
             "cut": self.cut_,
             "weakest": dict(self.weakest_),
+            "comparer": self.comparer_.state(),
         }
         return meta, {"similarity": self.similarity_.copy()}
 
@@ -357,6 +375,9 @@ class FLHC(Strategy):
         missing = sorted(needed - set(self.models_))
         if missing:
             raise ValueError(f"state assigns clients to models it does not hold: {missing}")
+        self.comparer_ = strategy_comparer(
+            self, self._model_size(), len(clusters), meta.get("comparer")
+        )
         self.clustered_ = bool(meta["clustered"])
         self.clusters_ = {
             c: k for c, k in zip(self.client_ids_, clusters, strict=True) if k is not None

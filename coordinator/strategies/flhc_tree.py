@@ -67,9 +67,20 @@ def hierarchical_clusters(
 
 
 def linkage_tree(
-    updates: Sequence[FloatArray], *, linkage_name: str = "ward", metric: str = "euclidean"
+    updates: Sequence[FloatArray] | Float64Array,
+    *,
+    linkage_name: str = "ward",
+    metric: str = "euclidean",
+    gram: bool = False,
 ) -> Float64Array:
-    """scipy's linkage matrix, shape (m − 1, 4), of the updates (:func:`hierarchical_clusters`)."""
+    """scipy's linkage matrix, shape (m − 1, 4), of the updates (:func:`hierarchical_clusters`).
+
+    ``updates`` may be sketches of the updates (:meth:`~.pairwise.UpdateComparer.rows`).
+    ``gram=True`` takes Euclidean distances from the Gram matrix,
+    √(‖a‖² + ‖b‖² − 2⟨a, b⟩), one matrix product instead of scipy's ``pdist`` loop (tens
+    of times faster for thousands of rows, equal up to rounding): FL+HC uses it on
+    sketches, whose distances are estimates anyway, and keeps ``pdist`` on exact updates.
+    """
     if linkage_name not in LINKAGES or metric not in METRICS:
         raise ValueError(
             f"unknown linkage {linkage_name!r} or metric {metric!r}; linkage must be one of "
@@ -83,12 +94,35 @@ def linkage_tree(
     if m == 1:
         return np.zeros((0, 4))
     if metric == "cosine":
-        distance = np.clip(1.0 - cosine_similarity_matrix(updates), 0.0, 2.0)
+        distance = np.clip(1.0 - cosine_similarity_matrix(list(updates)), 0.0, 2.0)
         rows, cols = np.triu_indices(m, k=1)
         condensed = distance[rows, cols]
+    elif gram:
+        condensed = gram_distances(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
     else:
         condensed = pdist(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
     return np.asarray(linkage(condensed, method=linkage_name), dtype=np.float64)
+
+
+def gram_distances(rows: Float64Array, block: int = 512) -> Float64Array:
+    """Condensed Euclidean distances between the rows of a (k, d) array, as ``pdist``.
+
+    Taken ``block`` rows at a time, so that no k × k temporary is made: memory k²/2
+    distances, as ``pdist``'s result.
+    """
+    k = len(rows)
+    squared = np.einsum("ij,ij->i", rows, rows)
+    condensed = np.empty(k * (k - 1) // 2)
+    start = 0
+    for first in range(0, k, block):
+        gram = rows[first : first + block] @ rows[first:].T
+        for i in range(gram.shape[0]):
+            row = first + i
+            tail = squared[row] + squared[row + 1 :] - 2.0 * gram[i, i + 1 :]
+            condensed[start : start + len(tail)] = tail
+            start += len(tail)
+    distances: Float64Array = np.sqrt(np.maximum(condensed, 0.0, out=condensed), out=condensed)
+    return distances
 
 
 def flat_labels(tree: Float64Array, distance_threshold: float, m: int) -> IntArray:

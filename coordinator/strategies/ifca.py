@@ -23,6 +23,9 @@ training loss, as IFCA prescribes; the server records the choice for reporting o
 A client joining later takes part from the next round it is sampled in, choosing among the
 k models like every client; the model its own evaluation chose when it joined counts as
 its evaluation choice until it trains.
+
+``pairwise`` (:mod:`.pairwise`) sets how the same-model cosines of the evidence are taken;
+IFCA's clustering compares losses, not updates, and has nothing to sketch.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
 from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
 from faultfleet.tasks import EvaluateResult, Failure, FitResult
 from faultfleet.types import ModelFactory
@@ -75,18 +79,31 @@ class IFCA(Strategy):
             "IFCA Algorithm 1: k is needed a priori",
             low=1,
         ),
+        *PAIRWISE_PARAMETERS,
     )
 
-    def __init__(self, *, fraction: float = 0.25, n_clusters: int = 4) -> None:
+    def __init__(
+        self,
+        *,
+        fraction: float = 0.25,
+        n_clusters: int = 4,
+        pairwise: str = "auto",
+        sketch_epsilon: float = 0.25,
+        sketch_seed: int = 0,
+    ) -> None:
         super().__init__(fraction=fraction)
         self.n_clusters = n_clusters
+        self.pairwise = pairwise
+        self.sketch_epsilon = sketch_epsilon
+        self.sketch_seed = sketch_seed
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         for j in range(self.n_clusters):
             self.models_[cluster_key(j)] = np.array(model_factory(j), dtype=np.float32)
         self.fit_keys_: dict[str, str] = {}
         self.eval_keys_: dict[str, str] = {}
-        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        comparer = strategy_comparer(self, self._model_size(), len(self.client_ids_))
+        self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
@@ -162,6 +179,7 @@ class IFCA(Strategy):
         meta: JsonDict = {
             "fit_keys": [self.fit_keys_.get(c) for c in self.client_ids_],
             "eval_keys": [self.eval_keys_.get(c) for c in self.client_ids_],
+            "comparer": self.same_model_.comparer_state(),
         }
         return meta, self.same_model_.arrays("same_model_")
 
@@ -173,7 +191,10 @@ class IFCA(Strategy):
             )
         self.fit_keys_ = _present(self.client_ids_, meta["fit_keys"])
         self.eval_keys_ = _present(self.client_ids_, meta["eval_keys"])
-        self.same_model_ = SameModelSimilarity(self.client_ids_)
+        comparer = strategy_comparer(
+            self, self._model_size(), len(self.client_ids_), meta.get("comparer")
+        )
+        self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
         self.same_model_.load(self.client_ids_, arrays, "same_model_")
 
 

@@ -50,6 +50,9 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
 - **Without a probe** in the round (a caller driving rounds without probing), clients are
   sampled in ``configure_round`` and sent all K models: each trains its lowest-training-loss
   one (IFCA's rule, i.e. λ = 0 on its whole training set).
+- **Sketches** (``pairwise``, :mod:`.pairwise`) take the gradient cosines between devices
+  (the evidence, K·k² pairs per probe). Eq. 3's S_ik stays exact: K·n operations per
+  device, no pairs, the cost of sketching; a sketch would only add error to eq. 4.
 - **Joining.** A device joining later takes the identity of the model it was assigned
   (else none: it is not placed yet) until its first probe places it by eq. 4.
 """
@@ -61,7 +64,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
 from coordinator.strategies.jgl_identity import (
@@ -74,6 +76,7 @@ from coordinator.strategies.jgl_identity import (
 )
 from coordinator.strategies.joining import grow_square, keep_square
 from coordinator.strategies.keys import cluster_key, cluster_number
+from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
 from faultfleet.tasks import (
     Failure,
@@ -105,7 +108,7 @@ class JointGradientLoss(Strategy):
 
     name: ClassVar[str] = "jgl"
     probes: ClassVar[bool] = True
-    parameters: ClassVar[tuple[Param, ...]] = PARAMETERS
+    parameters: ClassVar[tuple[Param, ...]] = (*PARAMETERS, *PAIRWISE_PARAMETERS)
 
     def __init__(
         self,
@@ -116,6 +119,9 @@ class JointGradientLoss(Strategy):
         batch_size: int = 64,
         similarity: Similarity = "cosine",
         reference: Reference = "update",
+        pairwise: str = "auto",
+        sketch_epsilon: float = 0.25,
+        sketch_seed: int = 0,
     ) -> None:
         super().__init__(fraction=fraction)
         self.n_clusters = n_clusters
@@ -123,6 +129,9 @@ class JointGradientLoss(Strategy):
         self.batch_size = batch_size
         self.similarity = similarity
         self.reference = reference
+        self.pairwise = pairwise
+        self.sketch_epsilon = sketch_epsilon
+        self.sketch_seed = sketch_seed
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -130,6 +139,7 @@ class JointGradientLoss(Strategy):
         for k in range(self.n_clusters):
             self.models_[cluster_key(k)] = np.array(model_factory(k), dtype=np.float32)
         self.last_update_ = np.zeros((self.n_clusters, self._model_size()), dtype=np.float32)
+        self.comparer_ = strategy_comparer(self, self._model_size(), len(self.client_ids_))
         self.has_update_ = np.zeros(self.n_clusters, dtype=bool)
         self.identities_: dict[str, int] = {}
         self.choices_: dict[str, int] = {}
@@ -225,7 +235,7 @@ class JointGradientLoss(Strategy):
             return
         total = np.zeros((len(answered), len(answered)))
         for key in keys:
-            total += cosine_similarity_matrix([r.gradients[key] for r in answered])
+            total += self.comparer_.matrix([r.gradients[key] for r in answered])
         rows = [self._index(r.client_id) for r in answered]
         record_pairs(self.similarity_, rows, total / len(keys))
 
@@ -356,6 +366,7 @@ class JointGradientLoss(Strategy):
             "plan_round": self.plan_round_,
             "plan": None if self.plan_ is None else dict(self.plan_),
             "metrics": dict(self.metrics_),
+            "comparer": self.comparer_.state(),
         }
         arrays = {
             "last_update": self.last_update_.copy(),
@@ -379,6 +390,9 @@ class JointGradientLoss(Strategy):
         plan = meta["plan"]
         self.plan_ = None if plan is None else {str(c): int(k) for c, k in plan.items()}
         self.metrics_ = {str(k): float(v) for k, v in meta["metrics"].items()}
+        self.comparer_ = strategy_comparer(
+            self, self._model_size(), len(self.client_ids_), meta.get("comparer")
+        )
         self.last_update_ = np.array(arrays["last_update"], dtype=np.float32)
         self.has_update_ = np.array(arrays["has_update"], dtype=bool)
         self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))

@@ -1,9 +1,7 @@
 """How strategies compare clients' updates: exact cosines, or cosines of seeded sketches.
 
-Every strategy that compares updates pairwise — FLACC (eq. 19), FL+HC's clustering round,
-CFL's bipartitions (eq. 9 of Sattler et al.), JGL's record of gradient similarities, and
-the same-model evidence of FAACL and IFCA (:class:`~.evidence.SameModelSimilarity`) —
-takes its cosines from an :class:`UpdateComparer`:
+Every strategy that compares updates pairwise takes its cosines (and FL+HC its Euclidean
+distances) from an :class:`UpdateComparer`:
 
 - ``pairwise = "exact"``: :func:`~coordinator.strategies.aggregate.cosine_similarity_matrix`
   on the updates, as every strategy always did (bit for bit);
@@ -13,6 +11,29 @@ takes its cosines from an :class:`UpdateComparer`:
 - ``pairwise = "auto"`` (the default): exact below :data:`SKETCH_FLEET` registered
   clients, sketches from there on.
 
+Where each strategy uses it, and what stays exact:
+
+- FLACC: eq. 19's cosines (:mod:`.flacc_sketch`), with its pair memory as a bounded list
+  (:mod:`.pair_memory`) and its averages streamed (:mod:`.streaming`).
+- FL+HC: the clustering round's dendrogram — Euclidean distances between sketches (the
+  count sketch is linear, so ‖Sx − Sy‖ = ‖S(x − y)‖ is within 1 ± ε of ‖x − y‖) or cosine
+  distances — and its evidence cosines.
+- CFL: the cosines of eq. 9 that the optimal bipartition and the similarity criterion
+  read, and its evidence. The norm criterion's ‖mean Δθ‖ and max ‖Δθ_i‖ stay exact: a
+  norm costs n operations per update, as a sketch does, so sketching saves nothing there,
+  and exact norms keep ε₁ and ε₂ in the units they were tuned in.
+- JGL: the record of gradient cosines between devices (its evidence). Eq. 3's S_ik, the
+  similarity that places a device, stays exact: it compares each device with K cluster
+  directions (K·n operations, no pairs), which a sketch would only make noisier.
+- FAACL and IFCA: the same-model cosines of their evidence
+  (:class:`~.evidence.SameModelSimilarity`). Their clusterings compare losses (FAACL's
+  asymmetric support test, Algorithms 3–4; IFCA's argmin), not updates: nothing there to
+  sketch.
+
+Sketching removes the n from the k²·n of comparing k updates, not the k²: FL+HC's
+linkage, CFL's bipartition and the m × m evidence matrices stay quadratic in the clients
+(``benchmarks/bench_server_scale.py --strategy`` measures how far that reaches).
+
 Why 1,000: at c = 0.25 a round of 1,000 clients brings 250 updates, which the exact path
 compares with 250²·n/2 multiply-adds after copying them all to float64: for the compact
 model (n = 60,432) 1.9·10⁹ operations and 120 MB, for the paper model (n = 4.4·10⁶)
@@ -21,13 +42,18 @@ keep the exact path unchanged; a large model on a mid-sized fleet may set ``sket
 explicitly. From 1,000 clients on, the sketch's ±ε is far below the gap between
 within-group and cross-group cosines that the clusterings rely on
 (``benchmarks/bench_server_scale.py`` measures the clusters against the exact path).
-FLACC in sketch mode also keeps its pair memory as a bounded list
-(:mod:`.pair_memory`) and streams its averages (:mod:`.streaming`).
+
+The sketch's dimension is set once, from the clients registered when the strategy starts;
+strategies other than FLACC save that count with their state, so a resumed run sketches
+as the uninterrupted one did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol, cast
+
+import numpy as np
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.parameters import Param
@@ -83,6 +109,14 @@ def resolve(mode: str, n_clients: int) -> str:
     return mode
 
 
+class PairwiseOptions(Protocol):
+    """The three options of a strategy that compares updates (:data:`PAIRWISE_PARAMETERS`)."""
+
+    pairwise: str
+    sketch_epsilon: float
+    sketch_seed: int
+
+
 class UpdateComparer:
     """Pairwise cosines of updates, exact or sketched.
 
@@ -101,6 +135,7 @@ class UpdateComparer:
         self, mode: str, n_params: int, n_clients: int, *, epsilon: float, seed: int
     ) -> None:
         self.mode = mode
+        self.n_clients = n_clients
         self.sketcher = (
             UpdateSketcher(n_params, jl_dimension(n_clients, epsilon), seed)
             if mode == "sketch"
@@ -113,9 +148,39 @@ class UpdateComparer:
             return cosine_similarity_matrix(updates)
         return sketch_cosine_matrix([self.sketcher.unit_sketch(u) for u in updates])
 
+    def rows(self, updates: Sequence[FloatArray]) -> Float64Array:
+        """The updates as rows to measure, shape (k, d), float64: the updates themselves
+        (exact, d = n_params) or their sketches S·Δθ (not normalised, so that Euclidean
+        distances, norms and cosines between rows estimate those between updates)."""
+        if len(updates) == 0:
+            return np.zeros((0, 0))
+        if self.sketcher is None:
+            return np.stack([np.asarray(u, dtype=np.float64) for u in updates])
+        sketcher = self.sketcher
+        return np.stack([sketcher.sketch(u) for u in updates]).astype(np.float64)
+
+    def state(self) -> dict[str, int | str]:
+        """What a saved strategy keeps to sketch as before: the mode and the JL bound's n."""
+        return {"mode": self.mode, "clients": self.n_clients}
+
 
 def comparer_for(
     mode: str, n_params: int, n_clients: int, epsilon: float = DEFAULT_EPSILON, seed: int = 0
 ) -> UpdateComparer:
     """An :class:`UpdateComparer` for an unresolved ``mode`` (``"auto"`` included)."""
     return UpdateComparer(resolve(mode, n_clients), n_params, n_clients, epsilon=epsilon, seed=seed)
+
+
+def strategy_comparer(
+    options: PairwiseOptions,
+    n_params: int,
+    n_clients: int,
+    saved: Mapping[str, object] | None = None,
+) -> UpdateComparer:
+    """The comparer of a strategy with ``options``, for ``n_clients`` registered clients, or
+    for the count a saved :meth:`UpdateComparer.state` names (a resumed run)."""
+    if saved is not None:
+        n_clients = int(cast(int, saved["clients"]))
+    return comparer_for(
+        options.pairwise, n_params, n_clients, options.sketch_epsilon, options.sketch_seed
+    )
