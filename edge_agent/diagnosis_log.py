@@ -269,7 +269,7 @@ class DiagnosisLog:
                     break
                 if file.exists():
                     collected = self._read(file) + collected
-        return collected[len(collected) - n :] if n else []
+        return collected[max(0, len(collected) - n) :] if n else []
 
     @classmethod
     def _read(cls, file: Path) -> list[dict[str, Any]]:
