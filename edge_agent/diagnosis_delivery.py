@@ -171,6 +171,10 @@ class DiagnosisDelivery:
                 finally:
                     handed.popleft()  # only now: a diagnosis delivered meanwhile waits behind
 
+    def wake(self) -> None:
+        """Have the outbox thread wake up now (it then also calls ``on_tick``)."""
+        self._wake.set()
+
     def connection_changed(self, connected: bool) -> None:
         """Network thread: wake the outbox thread when the connection is back."""
         if connected:
@@ -299,28 +303,42 @@ class DiagnosisDelivery:
     def _write_log(self, line: bytes) -> None:
         """Append one line to the local log; a failing disk is counted and logged when it
         starts and when it ends, and never stops diagnosis or publishing."""
-        self._logged(lambda: self.log.append_line(line))
+        try:
+            written = self.log.append_line(line)
+        except OSError as error:
+            self._log_failed(error)
+            return
+        if written:
+            self._log_written()
 
     def _logged(self, write: Callable[[], int]) -> None:
         try:
             written = write()
-        except OSError as error:  # LogWriteError: a batch; otherwise this line (rotation)
-            lost = error.lines_lost if isinstance(error, LogWriteError) else 1
-            self.metrics.diagnosis_log_failures.inc(lost)
-            with self._log_lock:
-                failing, self._log_failing = self._log_failing, True
-            if not failing:
-                logger.error(
-                    "%s: cannot write the diagnosis log %s (%s); diagnoses are still "
-                    "published, free disk space to keep them locally "
-                    "(faultfleet_diagnosis_log_failures_total counts the ones missed)",
-                    self.agent_id,
-                    self.log.path,
-                    error,
-                )
+        except OSError as error:
+            self._log_failed(error)
             return
         if written:
-            with self._log_lock:
-                failing, self._log_failing = self._log_failing, False
-            if failing:
-                logger.info("%s: the diagnosis log is written again", self.agent_id)
+            self._log_written()
+
+    def _log_failed(self, error: OSError) -> None:
+        """Count the lines lost (LogWriteError: a batch; otherwise this line, at rotation)."""
+        lost = error.lines_lost if isinstance(error, LogWriteError) else 1
+        self.metrics.diagnosis_log_failures.inc(lost)
+        with self._log_lock:
+            failing, self._log_failing = self._log_failing, True
+        if not failing:
+            logger.error(
+                "%s: cannot write the diagnosis log %s (%s); diagnoses are still "
+                "published, free disk space to keep them locally "
+                "(faultfleet_diagnosis_log_failures_total counts the ones missed)",
+                self.agent_id,
+                self.log.path,
+                error,
+            )
+
+    def _log_written(self) -> None:
+        """The log took lines: say so if it failed before."""
+        with self._log_lock:
+            failing, self._log_failing = self._log_failing, False
+        if failing:
+            logger.info("%s: the diagnosis log is written again", self.agent_id)

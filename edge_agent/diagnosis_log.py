@@ -8,9 +8,12 @@ than about ``(backups + 1) * max_bytes`` bytes of a gateway's disk.
 Lines are written in batches (:class:`~edge_agent.write_batch.WriteBatch`): at the latest
 ``flush_delay_s`` seconds after the first of them was appended (``flush_delay_s = 0``, the
 default here, writes every line at once), when 64 kB wait, on :meth:`DiagnosisLog.flush`
-and on close. So a crash of the process may lose the lines of the last ``flush_delay_s``
-seconds, and, as there is no fsync, a power cut those the operating system had not written
-yet. A write that fails (a full disk) loses the lines of its batch, says how many
+and on close. With a ``wake_writer`` (the agent's: its outbox thread), a batch that is due
+is written by that thread when it wakes up (:meth:`DiagnosisLog.flush`), not by the thread
+that appended its last line, unless more than :data:`MAX_WAITING_BYTES` wait. So a crash
+of the process may lose the lines of the last ``flush_delay_s`` seconds, and, as there is
+no fsync, a power cut those the operating system had not written yet. A write that fails
+(a full disk) loses the lines of its batch, says how many
 (:class:`LogWriteError`) and leaves the log usable; a line torn by a failed or cut-short
 write is skipped with a warning when reading, and the next write starts on a fresh line.
 """
@@ -22,7 +25,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 MIN_MAX_BYTES = 1024
 """Smallest accepted ``max_bytes``."""
+BATCH_BYTES = 1 << 16
+"""Bytes of lines that make a batch due before its delay."""
+MAX_WAITING_BYTES = 4 * BATCH_BYTES
+"""With a ``wake_writer``: beyond this, :meth:`DiagnosisLog.append_line` writes itself."""
 
 
 class LogWriteError(FaultfleetError, OSError):
@@ -61,6 +68,9 @@ class DiagnosisLog:
         Longest wait of a line before it is written (module docstring); 0: at once.
     clock : Clock
         Times the wait.
+    wake_writer : callable, optional
+        Asks the thread that calls :meth:`flush` with ``only_due`` to call it soon (module
+        docstring); None: the thread that appends a line writes its batch when it is due.
     """
 
     def __init__(
@@ -71,6 +81,7 @@ class DiagnosisLog:
         backups: int = 3,
         flush_delay_s: float = 0.0,
         clock: Clock = SYSTEM_CLOCK,
+        wake_writer: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
             raise UsageError(
@@ -85,7 +96,8 @@ class DiagnosisLog:
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._remove_stale_backups()
-        self._batch = WriteBatch(delay_s=flush_delay_s, clock=clock)
+        self._batch = WriteBatch(delay_s=flush_delay_s, max_bytes=BATCH_BYTES, clock=clock)
+        self.wake_writer = wake_writer
         self._handle: io.FileIO | None = None
         self._size = 0
         """Bytes of the current file, waiting lines included."""
@@ -195,7 +207,11 @@ class DiagnosisLog:
                     failure = error
             self._size += len(line)
             written = 0
-            if self._batch.add(line):
+            batch = self._batch
+            due = batch.add(line)
+            wake = self.wake_writer if due else None
+            if due and (wake is None or batch.delay_s == 0 or batch.bytes > MAX_WAITING_BYTES):
+                wake = None
                 try:
                     written = self._write()
                 except LogWriteError as error:
@@ -203,7 +219,9 @@ class DiagnosisLog:
                     raise LogWriteError(error, error.lines_lost + earlier) from error
             if failure is not None:
                 raise failure
-            return written
+        if wake is not None:
+            wake()  # the batch is due: the writer writes it
+        return written
 
     def flush(self, *, only_due: bool = False) -> int:
         """Write the waiting lines now (with ``only_due``, only once their delay is up);
@@ -251,7 +269,7 @@ class DiagnosisLog:
                     break
                 if file.exists():
                     collected = self._read(file) + collected
-        return collected[len(collected) - n :] if n else []
+        return collected[max(0, len(collected) - n) :] if n else []
 
     @classmethod
     def _read(cls, file: Path) -> list[dict[str, Any]]:

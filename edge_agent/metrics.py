@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from edge_agent.diagnosis_counts import DiagnosisCounts, StreakGauge
 from edge_agent.incoming import IncomingRefusal
 from edge_agent.model_intake import ModelRejectReason
 from edge_agent.outbox import OutboxDrop
@@ -79,15 +79,10 @@ class AgentMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
-        self.windows_processed = Counter(
-            "faultfleet_windows_processed_total", "Signal windows diagnosed.", registry=reg
-        )
-        self.inference_latency_seconds = Histogram(
-            "faultfleet_inference_latency_seconds",
-            "Wall time of one ONNX Runtime call (one batch of windows).",
-            buckets=INFERENCE_LATENCY_BUCKETS_S,
-            registry=reg,
-        )
+        self.diagnosis_counts = DiagnosisCounts(reg, INFERENCE_LATENCY_BUCKETS_S)
+        """``faultfleet_windows_processed_total``, ``faultfleet_inference_latency_seconds``
+        and ``faultfleet_diagnoses_total``, counted per window without prometheus_client's
+        objects (:mod:`edge_agent.diagnosis_counts`)."""
         self.model_version = Gauge(
             "faultfleet_model_version",
             "Version of the diagnosis model in use; -1 before any model is loaded.",
@@ -97,12 +92,6 @@ class AgentMetrics:
             "faultfleet_local_training_seconds",
             "Wall time of one local training task.",
             buckets=LOCAL_TRAINING_BUCKETS_S,
-            registry=reg,
-        )
-        self.diagnoses = Counter(
-            "faultfleet_diagnoses_total",
-            "Windows diagnosed, by the class the model predicted.",
-            ["class_name"],
             registry=reg,
         )
         self.models_rejected = Counter(
@@ -170,10 +159,6 @@ class AgentMetrics:
         for incoming_reason in IncomingRefusal:
             self.incoming_files_refused.labels(reason=incoming_reason.value)
         self._class_names: tuple[str, ...] = ()
-        self._diagnosis_counters: dict[str, Counter] = {}
-        """``diagnoses`` labelled with each class name, looked up once."""
-        self._counters_by_id: list[Counter] = []
-        """The same in class-id order."""
         self._add_alarm_metrics(reg)
         self.set_class_names(class_names)
 
@@ -208,23 +193,13 @@ class AgentMetrics:
 
     def _add_alarm_metrics(self, reg: CollectorRegistry) -> None:
         """The fault streak, its probability bar, and the standard metrics."""
-        self.diagnosis_streak_windows = Gauge(
-            "faultfleet_diagnosis_streak_windows",
-            "Most recent windows in a row diagnosed as this class with at least the streak "
-            "probability; 0 for every class but the current streak's.",
-            ["class_name"],
-            registry=reg,
-        )
+        self.diagnosis_streak_windows = StreakGauge(reg)
+        """``faultfleet_diagnosis_streak_windows``, set per window without a gauge object."""
         self.diagnosis_streak_min_probability = Gauge(
             "faultfleet_diagnosis_streak_min_probability_ratio",
             "Probability (0 to 1) of its class a window needs to extend that class's streak.",
             registry=reg,
         )
-        # Labelled children looked up once: the diagnosis path runs for every window.
-        self._streak_gauges: dict[str, Gauge] = {}
-        self._streak_class: str | None = None
-        """The class whose streak gauge is not 0 (None: every gauge reads 0)."""
-        self._streak_lock = threading.Lock()
         self.build_info = register_standard_metrics(reg)
 
     @property
@@ -240,13 +215,8 @@ class AgentMetrics:
         names = tuple(class_names)
         if len(set(names)) != len(names) or not all(names):
             raise ValueError(f"class names {list(names)} must be non-empty and distinct")
-        for name in names:
-            self._diagnosis_counters[name] = self.diagnoses.labels(class_name=name)
-            if name not in self._streak_gauges:
-                gauge = self.diagnosis_streak_windows.labels(class_name=name)
-                gauge.set(0)
-                self._streak_gauges[name] = gauge
-        self._counters_by_id = [self._diagnosis_counters[name] for name in names]
+        self.diagnosis_counts.set_class_names(names)
+        self.diagnosis_streak_windows.add_names(names)
         self._class_names = names
 
     def observe_diagnoses(self, class_ids: Sequence[int], latency_s: float) -> None:
@@ -266,28 +236,20 @@ class AgentMetrics:
         if len(class_ids) == 0:
             return
         n_classes = len(self._class_names)
-        names = []
         for class_id in class_ids:
             if not 0 <= class_id < n_classes:
                 raise ValueError(
                     f"class id {class_id} is outside the {n_classes} known classes; "
                     "pass the model's class names to AgentMetrics or set_class_names first"
                 )
-            names.append(self._class_names[class_id])
-        for name in names:
-            self._diagnosis_counters[name].inc()
-        self.windows_processed.inc(len(names))
-        self.inference_latency_seconds.observe(latency_s)
+        self.diagnosis_counts.observe_batch(class_ids, latency_s)
 
     def observe_diagnosis(self, class_id: int, latency_s: float) -> None:
         """:meth:`observe_diagnoses` of one window (the agent's diagnosis thread), without
         building a batch: its class id and the call's latency, seconds."""
-        counters = self._counters_by_id
-        if not (0 <= class_id < len(counters) and 0.0 <= latency_s < math.inf):
+        if not (0 <= class_id < len(self._class_names) and 0.0 <= latency_s < math.inf):
             self.observe_diagnoses([class_id], latency_s)  # raises, naming what is wrong
-        counters[class_id].inc()
-        self.windows_processed.inc()
-        self.inference_latency_seconds.observe(latency_s)
+        self.diagnosis_counts.observe_one(class_id, latency_s)
 
     def set_model_version(self, version: int) -> None:
         """Record the version of the model now in use (0 or more)."""
@@ -329,17 +291,13 @@ class AgentMetrics:
         """
         if windows < 0 or (class_name is None and windows != 0):
             raise ValueError(f"streak of {windows} windows of {class_name!r} is not a streak")
-        if class_name is not None and class_name not in self._streak_gauges:
+        known = self.diagnosis_streak_windows.names
+        if class_name is not None and class_name not in known:
             raise ValueError(
                 f"class {class_name!r} is not one of the model's classes "
-                f"{sorted(self._streak_gauges)}; call set_class_names first"
+                f"{sorted(known)}; call set_class_names first"
             )
-        with self._streak_lock:  # only the gauges that change: two at most
-            previous, self._streak_class = self._streak_class, class_name
-            if previous is not None and previous != class_name:
-                self._streak_gauges[previous].set(0)
-            if class_name is not None:
-                self._streak_gauges[class_name].set(windows)
+        self.diagnosis_streak_windows.current = (class_name, windows)
 
     def set_streak_min_probability(self, probability: float) -> None:
         """Report the probability a window needs to extend its class's streak (0 to 1)."""

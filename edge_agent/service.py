@@ -211,6 +211,8 @@ class AgentService:
             clock=clock,
             on_tick=lambda: self.windows.flush(only_due=True),
         )
+        # The outbox thread writes the kept windows and the log lines whose batch is due.
+        self.windows.wake_writer = self.log.wake_writer = self.delivery.wake
         self.connection.route(self.topics.tasks(self.agent_id), self.worker.on_task)
         self.activity = Activity(
             self.agent_id,

@@ -1,10 +1,10 @@
 """Records that wait in memory for one write to disk, for at most a bounded delay.
 
-The agent's diagnosis thread produces a log line and a kept window for every window it
-diagnoses (:mod:`edge_agent.diagnosis_log`, :mod:`edge_agent.window_store`). Writing each
-at once costs two system calls per window, as much as the inference itself; collected in a
-:class:`WriteBatch` they are written together once the first of them has waited
-``delay_s`` seconds or ``max_bytes`` wait, whichever comes first. The owner checks
+The agent's diagnosis thread produces a log line for every window it diagnoses
+(:mod:`edge_agent.diagnosis_log`). Writing each at once costs a system call per window, as
+much as the inference itself; collected in a :class:`WriteBatch` they are written together
+once the first of them has waited ``delay_s`` seconds or ``max_bytes`` wait, whichever comes
+first. The owner checks
 :meth:`WriteBatch.add`'s answer after each record and :meth:`WriteBatch.due` from a thread
 that wakes regularly (the agent's outbox thread, every 0.5 s), so nothing waits much longer
 than ``delay_s`` even when no further record comes. ``delay_s = 0`` writes every record at
@@ -58,8 +58,12 @@ class WriteBatch:
         return self.delay_s == 0 or self.bytes >= self.max_bytes or self.due()
 
     def due(self) -> bool:
-        """Whether records wait and the first has waited ``delay_s`` or more."""
-        return bool(self.records) and self.clock.monotonic() - self._first_s >= self.delay_s
+        """Whether records wait and the first has waited ``delay_s`` or more, or
+        ``max_bytes`` wait."""
+        if not self.records:
+            return False
+        waited_s = self.clock.monotonic() - self._first_s
+        return self.bytes >= self.max_bytes or waited_s >= self.delay_s
 
     def take(self) -> list[bytes]:
         """The waiting records, oldest first; the batch is empty afterwards."""

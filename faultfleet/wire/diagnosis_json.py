@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import TypeAdapter
 
@@ -32,9 +32,10 @@ from faultfleet.wire.messages import Diagnosis
 _STR_JSON = TypeAdapter(str).dump_json
 _FLOAT_JSON = TypeAdapter(float).dump_json
 
-_text = json.JSONEncoder(ensure_ascii=False).encode
+_text: Callable[[str], str] = json.encoder.encode_basestring
 """A JSON string as pydantic writes it: UTF-8, only ``"``, ``\\`` and control characters
-escaped."""
+escaped (what ``json.JSONEncoder(ensure_ascii=False).encode`` of a str gives, called
+directly)."""
 
 
 def _float(value: float) -> str:
@@ -145,10 +146,13 @@ class DiagnosisEncoder:
                 window_index, class_id, probability, timestamp, latency_s, true_label, origin
             )
         label = "null" if true_label is None else str(true_label)
+        p, t, lat = repr(probability), repr(timestamp), repr(latency_s)
+        if "e" in p or "e" in t or "e" in lat:  # rare: as pydantic writes exponents
+            p, t, lat = _float(probability), _float(timestamp), _float(latency_s)
         try:
             return (
-                f"{self._head}{window_index}{self._classes[class_id]}{_float(probability)}"
-                f'{self._tail}{_float(timestamp)},"latency_s":{_float(latency_s)},'
+                f"{self._head}{window_index}{self._classes[class_id]}{p}"
+                f'{self._tail}{t},"latency_s":{lat},'
                 f'"true_label":{label},"origin":{_text(origin)}}}'
             ).encode()
         except (UnicodeEncodeError, ValueError):  # a lone surrogate; an int too long for str

@@ -186,3 +186,24 @@ def test_a_line_must_be_one_json_object_without_newline(tmp_path: Path) -> None:
         pytest.raises(ValueError, match="must not hold a newline"),
     ):
         log.append_line(b'{"a":1}\n{"b":2}')
+
+
+def test_a_due_batch_wakes_the_writer_and_waits_for_it(tmp_path: Path) -> None:
+    # Prepare: lines wait up to 1 s; a writer thread is woken instead of writing
+    wakes: list[int] = []
+    clock = FakeClock()
+    log = DiagnosisLog(
+        tmp_path / "d.jsonl", flush_delay_s=1.0, clock=clock, wake_writer=lambda: wakes.append(1)
+    )
+
+    # Execute / Assert
+    assert log.append_line(b'{"i":0}') == 0
+    assert wakes == []
+    clock.advance(1.0)
+    assert log.append_line(b'{"i":1}') == 0  # due: the writer is asked, nothing written
+    assert (len(wakes), (tmp_path / "d.jsonl").read_bytes()) == (1, b"")
+    assert log.flush(only_due=True) == 2
+    assert (tmp_path / "d.jsonl").read_bytes() == b'{"i":0}\n{"i":1}\n'
+    log.append_line(b'{"i":2}')
+    log.close()  # the last line is written on close
+    assert [r["i"] for r in log.recent(5)] == [0, 1, 2]

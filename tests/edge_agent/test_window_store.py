@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_agent.window_store import WindowStore
+from edge_agent.window_store import BATCH_BYTES, MAX_WAITING_BATCHES, WindowStore
 from tests.clocks import FakeClock
 
 SAMPLES = 16
@@ -159,3 +159,87 @@ def test_a_refused_batch_counts_each_of_its_windows(tmp_path: Path) -> None:
 
     # Assert
     assert (waiting, windows.failures) == (0, 3)
+
+
+def deferred(path: Path, wakes: list[int], *, delay_s: float = 1.0) -> WindowStore:
+    """A store whose full batches wait for a writer; ``wakes`` counts the wake-ups."""
+    return WindowStore(
+        path / "windows",
+        sample_size=SAMPLES,
+        max_bytes=10_000 * RECORD_BYTES,
+        flush_delay_s=delay_s,
+        clock=FakeClock(),
+        wake_writer=lambda: wakes.append(1),
+    )
+
+
+def on_disk(path: Path) -> int:
+    folder = path / "windows"
+    return sum(p.stat().st_size for p in folder.iterdir()) if folder.exists() else 0
+
+
+def test_a_full_batch_wakes_the_writer_which_writes_it_and_close_writes_the_rest(
+    tmp_path: Path,
+) -> None:
+    # Prepare: one buffer reused for every window, as a source may do
+    wakes: list[int] = []
+    windows = deferred(tmp_path, wakes)
+    per_batch = -(-BATCH_BYTES // RECORD_BYTES)
+    buffer = window(0)
+
+    # Execute / Assert: the keeping thread never writes
+    for index in range(per_batch + 3):
+        buffer[:] = index
+        windows.keep(buffer, float(index))
+    assert (len(wakes), on_disk(tmp_path)) == (1, 0)
+    windows.flush(only_due=True)  # the writer: the full batch, not the 3 still in time
+    assert on_disk(tmp_path) == per_batch * RECORD_BYTES
+    windows.close()
+    assert on_disk(tmp_path) == (per_batch + 3) * RECORD_BYTES
+    times, samples = windows.read([(0.0, 1e9)])
+    assert times.tolist() == [float(i) for i in range(per_batch + 3)]
+    assert samples[:, 0].tolist() == [float(i) for i in range(per_batch + 3)]
+
+
+def test_batches_beyond_the_bound_are_written_by_the_keeping_thread_and_none_is_lost(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a writer that never comes
+    wakes: list[int] = []
+    windows = deferred(tmp_path, wakes)
+    per_batch = -(-BATCH_BYTES // RECORD_BYTES)
+    n = (MAX_WAITING_BATCHES + 1) * per_batch
+
+    # Execute
+    for index in range(n):
+        windows.keep(window(index), float(index))
+
+    # Assert
+    assert len(wakes) == MAX_WAITING_BATCHES
+    assert on_disk(tmp_path) == n * RECORD_BYTES
+    assert len(windows) == n
+    assert windows.failures == 0
+
+
+def test_a_window_due_by_time_waits_for_the_writer(tmp_path: Path) -> None:
+    # Prepare
+    wakes: list[int] = []
+    clock = FakeClock()
+    windows = WindowStore(
+        tmp_path / "windows",
+        sample_size=SAMPLES,
+        max_bytes=100 * RECORD_BYTES,
+        flush_delay_s=1.0,
+        clock=clock,
+        wake_writer=lambda: wakes.append(1),
+    )
+    windows.keep(window(1), 1.0)
+
+    # Execute / Assert
+    windows.flush(only_due=True)
+    assert on_disk(tmp_path) == 0
+    clock.advance(1.0)
+    windows.keep(window(2), 2.0)  # due, yet not written by the keeping thread
+    assert on_disk(tmp_path) == 0
+    windows.flush(only_due=True)
+    assert on_disk(tmp_path) == 2 * RECORD_BYTES
