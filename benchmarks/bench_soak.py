@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -252,6 +253,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # kill (SIGTERM) and Ctrl-C stop the fleet it started, also when run in the background
+    # (where a shell starts it with SIGINT ignored); the report is then not printed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print("command: python " + shlex.join(sys.argv), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as temporary:
         out = args.out or Path(temporary)

@@ -1,4 +1,4 @@
-"""How many glibc malloc arenas a long-running agent process may use.
+"""How glibc's allocator serves a long-running agent process: its arenas and mmap threshold.
 
 glibc gives each thread that allocates its own arena, up to eight per core (16 on a 2-core
 gateway), to spare threads the wait for one allocator lock. ``faultfleet agent --machines
@@ -12,7 +12,16 @@ free and level with two arenas; the memory in use was the same (docs/runtime.md,
 "Malloc arenas"). The agents' threads mostly wait (for a window, a task, the broker) and
 run Python under one interpreter lock, so fewer arenas cost them no measurable time.
 
-One rule, like :mod:`faultfleet_apps.thread_policy`'s:
+A second source of growth is glibc's *dynamic* mmap threshold. Blocks from 128 kB up are
+mapped on their own and unmapped when freed, but every such free raises the threshold to
+the freed size, so after the first training task the next tasks' buffers of a few
+megabytes come from the heap instead, where they fragment it: one process of 24 agents
+with two arenas still grew from 586 to 600 MB between minutes 3 and 20 (in use level,
+free memory kept by glibc growing), and was level at 585 MB from minute 8 to 20 with the
+threshold fixed at 1 MiB (``MALLOC_MMAP_THRESHOLD_=1048576``; docs/runtime.md, "Malloc
+arenas"). Setting the threshold with ``mallopt`` fixes it and turns the dynamic rule off.
+
+One rule for each, like :mod:`faultfleet_apps.thread_policy`'s:
 
 1. An explicit request wins: glibc's own ``MALLOC_ARENA_MAX`` or the tunable
    ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES``, which glibc applied when the process
@@ -20,6 +29,9 @@ One rule, like :mod:`faultfleet_apps.thread_policy`'s:
 2. Otherwise ``faultfleet agent`` limits the process to :data:`AGENT_MALLOC_ARENAS`
    arenas with ``mallopt(M_ARENA_MAX)`` before its agents start their threads (glibc
    honours the limit for arenas created afterwards).
+3. Likewise for the mmap threshold: ``MALLOC_MMAP_THRESHOLD_`` or the tunable
+   ``glibc.malloc.mmap_threshold`` win; otherwise ``faultfleet agent`` fixes it at
+   :data:`AGENT_MMAP_THRESHOLD` bytes (``mallopt(M_MMAP_THRESHOLD)``).
 
 Elsewhere than glibc (macOS, musl) nothing is done.
 """
@@ -41,15 +53,33 @@ AGENT_MALLOC_ARENAS = 2
 """Arenas of a ``faultfleet agent`` process unless the environment says otherwise."""
 M_ARENA_MAX = -8
 """``mallopt`` parameter number of the arena limit (``<malloc.h>``)."""
+MMAP_THRESHOLD_VARIABLE = "MALLOC_MMAP_THRESHOLD_"
+MMAP_THRESHOLD_TUNABLE = "glibc.malloc.mmap_threshold"
+AGENT_MMAP_THRESHOLD = 1 << 20
+"""Bytes from which a ``faultfleet agent`` process maps blocks on their own (1 MiB)."""
+M_MMAP_THRESHOLD = -3
+"""``mallopt`` parameter number of the mmap threshold (``<malloc.h>``)."""
+
+
+def _requested(environ: Mapping[str, str], variable: str, tunable: str) -> bool:
+    """Whether ``environ`` sets a glibc malloc parameter itself, by its environment
+    variable or its tunable in ``GLIBC_TUNABLES`` (glibc applied it at the start)."""
+    if environ.get(variable, "").strip():
+        return True
+    tunables = environ.get(TUNABLES_VARIABLE, "")
+    return any(part.split("=", 1)[0] == tunable for part in tunables.split(":"))
 
 
 def arenas_requested(environ: Mapping[str, str]) -> bool:
     """Whether ``environ`` sets glibc's arena limit itself (``MALLOC_ARENA_MAX`` or the
     ``glibc.malloc.arena_max`` tunable), which glibc has applied at the process's start."""
-    if environ.get(ARENAS_VARIABLE, "").strip():
-        return True
-    tunables = environ.get(TUNABLES_VARIABLE, "")
-    return any(part.split("=", 1)[0] == ARENA_TUNABLE for part in tunables.split(":"))
+    return _requested(environ, ARENAS_VARIABLE, ARENA_TUNABLE)
+
+
+def mmap_threshold_requested(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` sets glibc's mmap threshold itself (``MALLOC_MMAP_THRESHOLD_``
+    or the ``glibc.malloc.mmap_threshold`` tunable)."""
+    return _requested(environ, MMAP_THRESHOLD_VARIABLE, MMAP_THRESHOLD_TUNABLE)
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -102,3 +132,32 @@ def limit_malloc_arenas(
         return None
     logger.debug("malloc arenas: at most %d", arenas)
     return arenas
+
+
+def fix_mmap_threshold(
+    threshold: int = AGENT_MMAP_THRESHOLD, *, environ: Mapping[str, str] | None = None
+) -> int | None:
+    """Map blocks of ``threshold`` bytes and more on their own, always, unless the
+    environment chose (glibc's dynamic threshold is off from then on).
+
+    Returns the threshold set, or None when nothing was set (an explicit request in the
+    environment, or a C library other than glibc).
+
+    Raises
+    ------
+    ValueError
+        ``threshold`` is not positive.
+    """
+    if threshold < 1:
+        raise ValueError(f"threshold must be a positive number of bytes, got {threshold}")
+    if mmap_threshold_requested(os.environ if environ is None else environ):
+        logger.debug("mmap threshold: as %s or %s says", MMAP_THRESHOLD_VARIABLE, TUNABLES_VARIABLE)
+        return None
+    libc = _glibc()
+    if libc is None:
+        return None
+    if libc.mallopt(M_MMAP_THRESHOLD, threshold) != 1:
+        logger.warning("glibc refused mallopt(M_MMAP_THRESHOLD, %d); left dynamic", threshold)
+        return None
+    logger.debug("mmap threshold: %d bytes", threshold)
+    return threshold

@@ -5,8 +5,9 @@ The agents of a process share one metrics registry and take turns training
 the process decides its torch threads at once (:func:`~faultfleet_apps.thread_policy.
 decide_threads`) and sets them at its first task, where the first agent to train loads
 torch (:mod:`edge_agent.task_compute`); an agent that only diagnoses never loads it.
-Before its agents start their threads the process limits glibc's malloc arenas
-(:mod:`faultfleet_apps.malloc_policy`), which keeps a long-running process's memory flat.
+Before its agents start their threads the process limits glibc's malloc arenas and fixes
+its mmap threshold (:mod:`faultfleet_apps.malloc_policy`), which keeps a long-running
+process's memory flat.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from faultfleet.errors import UsageError
 from faultfleet.metrics_http import serve_metrics
 from faultfleet.wire.settings import load_settings
 from faultfleet_apps.cli.runtime import set_verbosity, stop_on_signals
-from faultfleet_apps.malloc_policy import limit_malloc_arenas
+from faultfleet_apps.malloc_policy import fix_mmap_threshold, limit_malloc_arenas
 from faultfleet_apps.thread_policy import decide_threads, set_torch_threads
 from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
@@ -116,6 +117,7 @@ def run_agent(args: argparse.Namespace) -> int:
         ]
     )
     limit_malloc_arenas()  # before any agent starts a thread (faultfleet_apps.malloc_policy)
+    fix_mmap_threshold()
     training_threads = decide_threads(args.threads)
     compute_lock = ComputeTurns(on_first_turn=lambda: set_torch_threads(training_threads))
     metrics = AgentMetrics()

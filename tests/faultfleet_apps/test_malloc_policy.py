@@ -12,8 +12,11 @@ import pytest
 
 from faultfleet_apps.malloc_policy import (
     AGENT_MALLOC_ARENAS,
+    AGENT_MMAP_THRESHOLD,
     arenas_requested,
+    fix_mmap_threshold,
     limit_malloc_arenas,
+    mmap_threshold_requested,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +106,74 @@ def test_threads_share_the_limited_arenas() -> None:
     assert default_arenas > AGENT_MALLOC_ARENAS
     assert returned == str(AGENT_MALLOC_ARENAS)
     assert limited_arenas <= AGENT_MALLOC_ARENAS
+
+
+# A child that frees a mapped 8 MiB block (glibc's dynamic threshold then rises to 8 MiB)
+# and allocates 2 MiB: it prints whether that block was mapped on its own (mallinfo2's
+# hblkhd, the bytes of mapped blocks).
+MMAP_CHILD = textwrap.dedent(
+    """
+    import ctypes, sys
+    from faultfleet_apps.malloc_policy import fix_mmap_threshold
+    fixed = fix_mmap_threshold(environ={}) if sys.argv[1] == "fix" else None
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallinfo2.restype = MallInfo2
+    libc.free(libc.malloc(8 << 20))
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(2 << 20)
+    print(fixed, libc.mallinfo2().hblkhd - before >= 2 << 20)
+    libc.free(block)
+    """
+)
+
+
+def _block_mapped(mode: str) -> tuple[str, str]:
+    environ = {
+        k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+    }
+    environ["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", MMAP_CHILD, mode],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=environ,
+    )
+    returned, mapped = done.stdout.split()
+    return returned, mapped
+
+
+@pytest.mark.parametrize(
+    ("environ", "requested"),
+    [
+        ({}, False),
+        ({"MALLOC_MMAP_THRESHOLD_": "131072"}, True),
+        ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=4096"}, True),
+        ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, False),
+    ],
+)
+def test_mmap_threshold_requested(environ: dict[str, str], requested: bool) -> None:
+    assert mmap_threshold_requested(environ) is requested
+
+
+def test_an_explicit_mmap_threshold_wins_and_a_bad_one_is_refused() -> None:
+    assert fix_mmap_threshold(environ={"MALLOC_MMAP_THRESHOLD_": "65536"}) is None
+    with pytest.raises(ValueError, match="positive number of bytes, got 0"):
+        fix_mmap_threshold(0, environ={})
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's mmap threshold: Linux only")
+def test_a_fixed_threshold_keeps_mapping_large_blocks_after_a_large_free() -> None:
+    # Prepare / Execute: the same allocations with glibc's dynamic threshold and the agent's
+    default = _block_mapped("default")
+    fixed = _block_mapped("fix")
+
+    # Assert: by default the 2 MiB block comes from the heap, fixed it is mapped on its own
+    assert default == ("None", "False")
+    assert fixed == (str(AGENT_MMAP_THRESHOLD), "True")
