@@ -12,7 +12,8 @@ Started with the ids of its workers, it listens to those workers' summaries topi
 and a summary must name the worker whose topic it came on. A worker that does not answer
 the close within the close's timeout (it died, or lost its connection) is left out of the
 round (:meth:`~coordinator.adapters.ingest_round.IngestRound.drop_silent`): the round
-closes without its partial sums and the updates it summarised.
+closes without its partial sums and the updates it summarised. A worker known to have gone
+offline (its last will) is left out at once (:meth:`IngestCoordinator.drop_worker`).
 """
 
 from __future__ import annotations
@@ -164,6 +165,19 @@ class IngestCoordinator:
                 with self._changed:
                     self._round = None
                 return merged
+
+    def drop_worker(self, worker: str) -> tuple[str, ...]:
+        """Leave ``worker`` (gone offline) out of the open round at once
+        (:meth:`~coordinator.adapters.ingest_round.IngestRound.drop`); returns the task ids
+        of the updates it summarised, empty when no round is open. A close waiting for its
+        partial sums stops waiting for them."""
+        with self._changed:
+            merged = self._round
+            if merged is None:
+                return ()
+            tids = merged.drop(worker)
+            self._changed.notify_all()
+        return tids
 
     def _on_summary(self, topic: str, payload: bytes, *, worker: str | None = None) -> None:
         with self._changed:

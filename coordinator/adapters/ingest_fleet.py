@@ -4,8 +4,8 @@ does instead of ingesting every update itself when ``[ingest] workers`` is set.
 Per fit round, :meth:`WorkerIngest.fit`
 
 1. publishes the round's plan (:class:`~coordinator.adapters.ingest_coordinator.
-   IngestCoordinator`) and waits up to ``ready_timeout_s`` for every configured worker to
-   take it. A worker that does not is logged and counted
+   IngestCoordinator`) and waits up to ``ready_timeout_s`` for every configured worker not
+   known to be offline to take it. A worker that does not is logged and counted
    (``faultfleet_ingest_workers_missing_total{stage="plan"}``) and the round goes on with
    the others; with none, the round misses its quorum at once (tried again later) without
    sending a task;
@@ -24,6 +24,17 @@ Per fit round, :meth:`WorkerIngest.fit`
    (:meth:`~coordinator.strategies.streaming.UpdateStream.absorb`), which the strategy
    then takes as its own.
 
+A worker that dies or loses its connection is known at once by its retained status on
+``{root}/ingest/{worker}/status`` (the broker publishes its last will, ``offline``):
+:meth:`WorkerIngest.on_status` leaves it out of the open round, takes back its summaries
+(their tasks wait again, :meth:`~coordinator.adapters.mqtt_answers.AnswerCollector.reopen`)
+and sends every unanswered task of the round again, as after a broker restart: an answer
+it held, or one in flight to it, is lost with it, and an agent answers a repeated task
+with the answer it gave. The other workers take the answers; each update counts once
+(``faultfleet_updates_received_total`` included). The round need not wait for the
+deadline, nor the close for the lost worker; the worker counts as missing at the close,
+and in later rounds at the plan (without being waited for) until it is ``online`` again.
+
 Evaluations, probes and ``task_failed`` answers share the results topic, so the broker
 hands them to the workers too; a worker forwards each unchanged on
 ``{root}/ingest/{worker}/answers/{agent}``. :meth:`WorkerIngest.start` listens to that
@@ -35,6 +46,7 @@ agent must be the topic's).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from functools import partial
 
@@ -46,8 +58,8 @@ from coordinator.adapters.round_tasks import Pending, QuorumError
 from coordinator.adapters.task_frames import Frame
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import Failure
-from faultfleet.wire.codec import RejectReason, WireError
-from faultfleet.wire.ingest_messages import UpdateSummary
+from faultfleet.wire.codec import RejectReason, WireError, parse_envelope
+from faultfleet.wire.ingest_messages import WORKER_STATUS_ADAPTER, UpdateSummary
 
 logger = logging.getLogger(__name__)
 
@@ -85,14 +97,60 @@ class WorkerIngest:
         self.ready_timeout_s = ready_timeout_s
         self.close_timeout_s = close_timeout_s
         self._answers: AnswerCollector | None = None
+        self._lock = threading.Lock()
+        self._offline: set[str] = set()
 
     def start(self, answers: AnswerCollector) -> None:
-        """Route the workers' summaries, and their forwarded answers to ``answers``."""
+        """Route the workers' summaries and statuses, and their forwarded answers to
+        ``answers``."""
         self._answers = answers
         self.link.start(self.workers)
+        route, topics = self.link.connection.route, self.link.topics
         for worker in self.workers:
-            handler = partial(self.on_forwarded, worker)
-            self.link.connection.route(self.link.topics.forwarded_answers(worker), handler)
+            route(topics.forwarded_answers(worker), partial(self.on_forwarded, worker))
+            route(topics.ingest_status(worker), partial(self.on_status, worker))
+
+    def offline(self) -> frozenset[str]:
+        """The workers whose last status said ``offline``."""
+        with self._lock:
+            return frozenset(self._offline)
+
+    def on_status(self, worker: str, topic: str, payload: bytes) -> None:
+        """``worker``'s retained status (network thread); ``offline`` mid-round: the round
+        goes on without it, and what it held is asked for again."""
+        if not payload:
+            return
+        try:
+            status = parse_envelope(WORKER_STATUS_ADAPTER, payload)
+        except WireError as error:
+            logger.warning("ignoring a status of ingest worker %s on %s: %s", worker, topic, error)
+            return
+        if status.worker_id != worker:
+            logger.warning("ignoring %s's status on %s", status.worker_id, topic)
+            return
+        with self._lock:
+            if status.state == "online":
+                self._offline.discard(worker)
+                return
+            self._offline.add(worker)
+        self._worker_lost(worker)
+
+    def _worker_lost(self, worker: str) -> None:
+        """Leave ``worker`` out of the open round, reopen the tasks it summarised and send
+        every unanswered task of the round in flight again."""
+        answers = self.answers
+        reopened = answers.reopen(self.link.drop_worker(worker))
+        waiting = answers.waiting_for()
+        if reopened or waiting:
+            logger.warning(
+                "ingest worker %s went offline mid-round; its %d update(s) and every "
+                "unanswered task (%d agent(s)) are asked for again",
+                worker,
+                len(reopened),
+                len(waiting),
+            )
+        for agent in waiting:
+            answers.resend(agent)
 
     @property
     def answers(self) -> AnswerCollector:
@@ -161,9 +219,10 @@ class WorkerIngest:
         collection, bytes_down = self.answers.dispatch(frames, replay={})
         self.link.close_round(self.close_timeout_s)
         lost = {tid: worker for worker, tids in merged.dropped.items() for tid in tids}
+        counted = merged.counted()
         for pending in collection:
-            worker = lost.get(pending.task_id)
-            if worker is not None:
+            if pending.streamed and pending.task_id not in counted:
+                worker = lost.get(pending.task_id, "(unknown)")
                 pending.streamed = False
                 pending.failure = Failure(
                     pending.agent_id, f"its ingest worker {worker} sent no partial sums"
@@ -173,23 +232,30 @@ class WorkerIngest:
         return collection, bytes_down
 
     def _await_ready(self, merged: IngestRound) -> None:
-        wanted = set(self.workers)
-        if self.link.wait_for(lambda r: r.ready() >= wanted, self.ready_timeout_s):
+        """Wait for the workers not known offline to take the plan; count the others."""
+        configured = set(self.workers)
+        wanted = configured - self.offline()
+        if wanted:
+            self.link.wait_for(lambda r: r.ready() >= wanted, self.ready_timeout_s)
+        ready = merged.ready() & configured
+        missing = sorted(configured - ready)
+        if not missing:
             return
-        ready = merged.ready() & wanted
-        missing = sorted(wanted - ready)
         self.metrics.ingest_workers_missing.labels(stage="plan").inc(len(missing))
+        offline = sorted(self.offline() & set(missing))
+        said = f" ({', '.join(offline)} offline)" if offline else ""
         if not ready:
             raise QuorumError(
                 f"round {merged.server_round}: no ingest worker ({', '.join(self.workers)}) "
-                f"took the round's plan within {self.ready_timeout_s:g} s; are the "
+                f"took the round's plan within {self.ready_timeout_s:g} s{said}; are the "
                 "`faultfleet ingest-worker` processes running and connected?"
             )
         logger.warning(
-            "round %d: ingest worker(s) %s did not take the round's plan within %g s; the "
+            "round %d: ingest worker(s) %s did not take the round's plan within %g s%s; the "
             "round goes on with %s",
             merged.server_round,
             ", ".join(missing),
             self.ready_timeout_s,
+            said,
             ", ".join(sorted(ready)),
         )

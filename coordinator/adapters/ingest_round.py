@@ -17,7 +17,9 @@ is complete when each worker's partial sums hold exactly the updates accepted fr
 A driven round (:mod:`coordinator.adapters.ingest_fleet`) also asks its ``admit`` hook,
 the coordinator's bookkeeping of the round's tasks, before it counts a summary; a worker
 that never answers the close is dropped (:meth:`IngestRound.drop_silent`) with the updates
-it summarised.
+it summarised, and so is a worker that goes offline (:meth:`IngestRound.drop`). One that
+takes the plan again before the round closes (restarted, or reconnected: the plan is
+retained) rejoins it with empty sums.
 """
 
 from __future__ import annotations
@@ -122,17 +124,16 @@ class IngestRound:
             raise WireError(
                 RejectReason.UNKNOWN_TASK, f"{message.worker_id!r} wrote on {worker!r}'s topic"
             )
-        if message.worker_id in self._dropped:
-            raise WireError(RejectReason.LATE, f"{message.worker_id!r} was dropped")
         if (message.run_id, message.server_round) != (self.run_id, self.server_round):
             raise WireError(
                 RejectReason.LATE,
                 f"summary of round {message.server_round} in round {self.server_round}",
             )
         if isinstance(message, IngestReady):
-            with self._lock:
-                self._ready.add(message.worker_id)
+            self._take_ready(message.worker_id)
             return
+        if message.worker_id in self.dropped:
+            raise WireError(RejectReason.LATE, f"{message.worker_id!r} was dropped")
         if isinstance(message, UpdateSummary):
             sketch = decode_tensors(
                 body,
@@ -157,6 +158,17 @@ class IngestRound:
         with self._lock:
             self._partials[(message.worker_id, message.model_key)] = (message, mean)
 
+    def _take_ready(self, worker: str) -> None:
+        """``worker`` took the plan. One dropped before the close (it died or lost its
+        connection, and took the retained plan again on coming back, with empty sums)
+        rejoins the round; its earlier updates stay out."""
+        with self._lock:
+            if worker in self._dropped:
+                if self._closing >= 0:
+                    raise WireError(RejectReason.LATE, f"{worker!r} was dropped")
+                del self._dropped[worker]
+            self._ready.add(worker)
+
     def ready(self) -> frozenset[str]:
         """The workers that took this round's plan."""
         with self._lock:
@@ -166,6 +178,8 @@ class IngestRound:
         """Accept the first summary of a task sent to its agent; refuse the others."""
         tid = message.task_id
         with self._lock:
+            if message.worker_id in self._dropped:
+                return
             known = self.tasks is None or self.tasks.get(tid) == message.agent_id
             # The hook first: it counts every refusal it makes (a duplicate included).
             admitted = (
@@ -217,15 +231,31 @@ class IngestRound:
         updates they summarised, by worker."""
         silent = self.silent()
         with self._lock:
-            for worker in silent:
-                tids = tuple(t for t, w in self._by_worker.items() if w == worker)
-                for tid in tids:
-                    del self._updates[tid], self._by_worker[tid]
-                self._accepted.pop(worker, None)
-                self._dropped[worker] = tids
-                for key in [k for k in self._partials if k[0] == worker]:
-                    del self._partials[key]
-            return {w: self._dropped[w] for w in silent}
+            return {w: self._drop(w) for w in silent}
+
+    def drop(self, worker: str) -> tuple[str, ...]:
+        """Leave ``worker`` out of the round now (it went offline), as :meth:`drop_silent`
+        does; returns the task ids of the updates it summarised, no longer counted."""
+        with self._lock:
+            self._ready.discard(worker)
+            return self._drop(worker)
+
+    def _drop(self, worker: str) -> tuple[str, ...]:
+        tids = tuple(t for t, w in self._by_worker.items() if w == worker)
+        for tid in tids:
+            del self._updates[tid], self._by_worker[tid]
+        self._accepted.pop(worker, None)
+        if self._closing < 0:  # its refusals were never sent: it will not retract them
+            self._refused.pop(worker, None)
+        self._dropped[worker] = self._dropped.get(worker, ()) + tids
+        for key in [k for k in self._partials if k[0] == worker]:
+            del self._partials[key]
+        return tids
+
+    def counted(self) -> frozenset[str]:
+        """The task ids whose summaries count for the round."""
+        with self._lock:
+            return frozenset(self._updates)
 
     @property
     def dropped(self) -> dict[str, tuple[str, ...]]:

@@ -136,6 +136,8 @@ class AnswerCollector:
         """Header and body of every task of the round in flight that was published."""
         self._closed = ClosedTasks()
         self._aborted = False
+        self._reopened: set[str] = set()
+        """Streamed tasks of the round in flight taken back by :meth:`reopen`."""
         self._writer = JournalWriter(
             journal, written=self._settle, failed=self._unwritten, entry=write_entry
         )
@@ -191,6 +193,7 @@ class AnswerCollector:
         deadline = self.round_clock.monotonic() + self.deadline_s
         with self._lock:
             self._collection = Collection({p.task_id: p for p, _, _ in frames})
+            self._reopened = set()
         bytes_down = 0
         for pending, header, body in frames:
             saved = replay.get(pending.task_id)
@@ -373,14 +376,31 @@ class AnswerCollector:
 
     def settle_streamed(self, pending: Pending) -> bool:
         """Count ``pending`` as answered by an update folded elsewhere (an ingest worker's,
-        :mod:`coordinator.adapters.ingest_fleet`); False when it closed or was settled."""
+        :mod:`coordinator.adapters.ingest_fleet`); False when it closed or was settled.
+        A task settled again after :meth:`reopen` is counted received once."""
         with self._answered:
             if self._collection.pending.get(pending.task_id) is not pending or pending.done:
                 return False
             pending.streamed = True
+            first = pending.task_id not in self._reopened
             self._answered.notify_all()
-        self.metrics.updates_received.inc()
+        if first:
+            self.metrics.updates_received.inc()
         return True
+
+    def reopen(self, tids: Sequence[str]) -> list[str]:
+        """Take back the settlement of the streamed tasks ``tids`` of the round in flight
+        (the ingest worker that folded their updates is gone): they wait for an answer
+        again. Returns the agents of the tasks reopened."""
+        with self._answered:
+            agents = []
+            for tid in tids:
+                pending = self._collection.pending.get(tid)
+                if pending is not None and pending.streamed:
+                    pending.streamed = False
+                    self._reopened.add(tid)
+                    agents.append(pending.agent_id)
+            return agents
 
     def open_task(self, tid: str, agent_id: str, run_id: str) -> Pending:
         """The open task ``tid`` of ``agent_id``; a WireError (duplicate, late, unknown)

@@ -2,17 +2,23 @@
 
 Runs an :class:`~coordinator.adapters.ingest_worker.IngestWorker` on its own connection
 until stopped; N such processes, on one host or several, share the agents' fit updates
-through the broker (docs/deploy.md, "Ingest workers").
+through the broker (docs/deploy.md, "Ingest workers"). The worker keeps a retained status
+on ``{root}/ingest/{worker}/status``: ``online`` on every connection, ``offline`` when it
+stops, and ``offline`` as its last will, which the broker publishes when the process dies
+or loses its connection; the coordinator then asks again for the updates it held.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Literal
 
 from coordinator.adapters.ingest_worker import IngestWorker
 from coordinator.adapters.journal import RoundJournal
 from coordinator.runtime.ingest_settings import IngestWorkerSettings
+from faultfleet.wire.dispatch import Will
+from faultfleet.wire.ingest_messages import IngestWorkerStatus
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
 
@@ -29,20 +35,32 @@ class IngestWorkerService:
 
     def __init__(self, settings: IngestWorkerSettings) -> None:
         self.settings = settings
+        topics = Topics(settings.broker.topic_root)
+        self._status_topic = topics.ingest_status(settings.worker_id)
         self.connection = MqttConnection(
             client_id=f"faultfleet-ingest-{settings.worker_id}",
             settings=settings.broker,
+            will=Will(self._status_topic, self._status("offline")),
             mqtt5=True,
+            on_connection_change=self._connection_changed,
         )
         self.worker = IngestWorker(
             self.connection,
-            Topics(settings.broker.topic_root),
+            topics,
             worker_id=settings.worker_id,
             journal=RoundJournal(settings.state_dir / settings.worker_id),
             max_payload_bytes=settings.broker.max_payload_bytes,
             check_threads=settings.check_threads,
             share_group=settings.share_group,
         )
+
+    def _status(self, state: Literal["online", "offline"]) -> bytes:
+        status = IngestWorkerStatus(worker_id=self.settings.worker_id, state=state)
+        return status.model_dump_json().encode()
+
+    def _connection_changed(self, connected: bool) -> None:
+        if connected:
+            self.connection.publish(self._status_topic, self._status("online"), retain=True)
 
     def run(self, stop: threading.Event) -> None:
         """Take updates until ``stop`` is set, then finish the ones under way."""
@@ -58,7 +76,7 @@ class IngestWorkerService:
             stop.wait()
         finally:
             self.worker.close()
-            self.connection.stop()
+            self.connection.stop([(self._status_topic, self._status("offline"), True)])
             logger.info(
                 "ingest worker %s stopped: %s", self.settings.worker_id, dict(self.worker.counts)
             )

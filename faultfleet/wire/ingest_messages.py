@@ -8,7 +8,8 @@ the round's models, safetensors, float32) and closes the round with :class:`Inge
 a worker says it took the plan (:class:`IngestReady`), answers with one
 :class:`UpdateSummary` per accepted update (body: the update's
 unit sketch) and, at the close, one :class:`PartialSum` per model key (body: its weighted
-mean update).
+mean update). Each worker keeps a retained :class:`IngestWorkerStatus` (last will:
+``offline``), so the coordinator learns at once that a worker died mid-round.
 """
 
 from __future__ import annotations
@@ -105,9 +106,22 @@ class PartialSum(_Envelope):
     """The close this answers (:attr:`IngestClose.closing`)."""
 
 
+class IngestWorkerStatus(BaseModel):
+    """Retained presence of an ingest worker on ``{root}/ingest/{worker}/status``: ``online``
+    once connected, ``offline`` when it stops or (its last will) when it vanishes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[5] = SCHEMA_VERSION
+    kind: Literal["ingest_worker_status"] = "ingest_worker_status"
+    worker_id: Name
+    state: Literal["online", "offline"]
+
+
 PLAN_ADAPTER: TypeAdapter[IngestPlan | IngestClose] = TypeAdapter(
     Annotated[IngestPlan | IngestClose, Field(discriminator="kind")]
 )
 SUMMARY_ADAPTER: TypeAdapter[IngestReady | UpdateSummary | PartialSum] = TypeAdapter(
     Annotated[IngestReady | UpdateSummary | PartialSum, Field(discriminator="kind")]
 )
+WORKER_STATUS_ADAPTER: TypeAdapter[IngestWorkerStatus] = TypeAdapter(IngestWorkerStatus)

@@ -11,6 +11,7 @@ Every topic lives under a versioned root (``faultfleet/v1`` by default)::
     {root}/agents/{agent}/heartbeat      retained: when the agent was last seen, its last diagnosis
     {root}/clusters/{cluster}/model      retained: the cluster's ONNX model
     {root}/ingest/plan                   retained: the round ingest workers fold updates for
+    {root}/ingest/{worker}/status        retained presence of an ingest worker (last will: offline)
     {root}/ingest/{worker}/summaries     ingest worker → coordinator: summaries, partial sums
     {root}/ingest/{worker}/answers/{agent}  ingest worker → coordinator: an agent's answer
                                          other than a fit update, forwarded unchanged
@@ -81,6 +82,10 @@ class Topics:
     def ingest_plan(self) -> str:
         """Retained: the round ingest workers fold updates for (its models and bounds)."""
         return f"{self.root}/ingest/plan"
+
+    def ingest_status(self, worker_id: str) -> str:
+        """Retained presence of an ingest worker (its last will says ``offline``)."""
+        return f"{self.root}/ingest/{check_name('worker id', worker_id)}/status"
 
     def ingest_summaries(self, worker_id: str) -> str:
         """Ingest worker → coordinator: a compact summary per accepted update, partial sums."""

@@ -61,6 +61,7 @@ topic read faultfleet/v1/coordinator/status
 user ingest
 topic read faultfleet/v1/agents/+/results
 topic read faultfleet/v1/ingest/plan
+topic write faultfleet/v1/ingest/+/status
 topic write faultfleet/v1/ingest/+/summaries
 topic write faultfleet/v1/ingest/+/answers/+
 topic deny faultfleet/v1/agents/ingest/#

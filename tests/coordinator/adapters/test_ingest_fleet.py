@@ -1,5 +1,6 @@
 """Fit rounds through ingest workers, the coordinator's side: which summaries count, where
-forwarded answers go, and a worker that never sends its partial sums.
+forwarded answers go, a worker that never sends its partial sums and one that goes offline
+mid-round.
 
 No broker: the connection is never started and records what the coordinator publishes;
 the workers' messages are handed to the coordinator's handlers by the test, and the round's
@@ -29,7 +30,12 @@ from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.tasks import EvaluateResult, EvaluateTask, FitOutcome, FitTask, TrainConfig
 from faultfleet.wire.codec import encode_frame, encode_tensors
-from faultfleet.wire.ingest_messages import IngestReady, PartialSum, UpdateSummary
+from faultfleet.wire.ingest_messages import (
+    IngestReady,
+    IngestWorkerStatus,
+    PartialSum,
+    UpdateSummary,
+)
 from faultfleet.wire.messages import AgentStatus, EvaluateTaskMessage, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
@@ -274,3 +280,68 @@ def test_a_worker_that_sends_no_partial_sums_is_left_out_at_the_close_timeout(
     labels = {"stage": "close"}
     assert sample_value(metrics.registry, "faultfleet_ingest_workers_missing_total", labels) == 1
     assert "ingest worker w2 sent no partial sums within 7 s" in caplog.text
+
+
+def test_a_worker_gone_offline_mid_round_has_its_updates_asked_for_again(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a round of a and b through w1 and w2; its time moves only when the test says
+    clock = ManualClock()
+    fleet, ingest, metrics = driven_fleet(tmp_path, clock)
+    tasks = [FitTask(a, {"global": START}, TrainConfig(), seed=1) for a in ("a", "b")]
+    stream = UpdateStream(1, {"global": START}, AggregationPolicy(), {}, SKETCHER)
+    outcome: list[FitOutcome | BaseException] = []
+
+    def run_round() -> None:
+        try:
+            outcome.append(fleet.fit_streaming(1, tasks, stream))
+        except BaseException as error:  # re-raised below, in the test's thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=run_round)
+    link = ingest.link
+    connection = fleet.answers.connection
+    assert isinstance(connection, RecordingConnection)
+
+    def deliver(worker: str, payload: bytes) -> None:
+        link._on_summary(TOPICS.ingest_summaries(worker), payload, worker=worker)
+
+    def until(predicate: Callable[[], bool], what: str) -> None:
+        wait_until(lambda: predicate() or bool(outcome), 120, what)
+        if outcome and isinstance(outcome[0], BaseException):
+            raise outcome[0]
+
+    offline = IngestWorkerStatus(worker_id="w2", state="offline").model_dump_json().encode()
+
+    # Execute: both take the plan and summarise an update each; w2's last will arrives;
+    # b answers its repeated task through w1, whose partial sums hold both updates
+    thread.start()
+    until(lambda: bool(clock.waiting_until()), "the wait for the workers")
+    for worker in ("w1", "w2"):
+        deliver(worker, encode_frame(IngestReady(run_id="run-1", server_round=1, worker_id=worker)))
+    until(lambda: fleet.waiting_for() == ["a", "b"], "the round's tasks")
+    pending = {p.agent_id: p for p in fleet.answers._collection.pending.values()}
+    deliver("w1", summary("w1", pending["a"]))
+    deliver("w2", summary("w2", pending["b"]))
+    ingest.on_status("w2", TOPICS.ingest_status("w2"), offline)
+    until(lambda: connection.published.count(TOPICS.tasks("b")) == 2, "b's task again")
+    reopened = fleet.waiting_for()
+    deliver("w1", summary("w1", pending["b"]))
+    until(lambda: TOPICS.ingest_plan() in connection.published[1:], "the close")
+    deliver("w1", partial("w1", 2.0, updates=2))
+    thread.join(120)
+
+    # Assert: b's update counted once, through w1; the round closed without waiting for w2
+    assert reopened == ["b"]
+    assert clock.monotonic() == 0.0
+    (fit,) = outcome
+    assert isinstance(fit, FitOutcome)
+    assert fit.failures == ()
+    assert sorted(u.client_id for u in stream.updates()) == ["a", "b"]
+    np.testing.assert_allclose(stream.average("global"), np.full(N_PARAMS, 2.0))
+    registry = metrics.registry
+    assert sample_value(registry, "faultfleet_updates_received_total") == 2
+    assert sample_value(registry, "faultfleet_tasks_resent_total") == 1
+    labels = {"stage": "close"}
+    assert sample_value(registry, "faultfleet_ingest_workers_missing_total", labels) == 1
+    assert ingest.offline() == {"w2"}

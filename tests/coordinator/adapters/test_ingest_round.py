@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from coordinator.adapters.ingest_round import IngestRound
 from coordinator.strategies.robust import AggregationPolicy
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import FitResult
-from faultfleet.wire.codec import encode_frame, encode_tensors
-from faultfleet.wire.ingest_messages import PartialSum, UpdateSummary
+from faultfleet.wire.codec import WireError, encode_frame, encode_tensors
+from faultfleet.wire.ingest_messages import IngestReady, PartialSum, UpdateSummary
 from faultfleet.wire.messages import TensorEncoding
 
 BASE = np.zeros(6, dtype=np.float32)
@@ -122,3 +123,44 @@ def test_one_worker_gives_what_one_process_folds() -> None:
     round_.on_message("s", encode_frame(message, encode_tensors({"mean": mean}, TensorEncoding())))
 
     np.testing.assert_allclose(round_.average("global"), stream.average("global"), atol=1e-6)
+
+
+def ready(worker: str) -> bytes:
+    return encode_frame(IngestReady(run_id="r1", server_round=2, worker_id=worker))
+
+
+def test_a_worker_dropped_mid_round_loses_its_summaries_and_rejoins_with_empty_sums() -> None:
+    # Prepare: w1 summarised t1, w2 t2
+    round_ = merged()
+    for worker in ("w1", "w2"):
+        round_.on_message("s", ready(worker))
+    round_.on_message("s", summary("w1", "t1", "a1"))
+    round_.on_message("s", summary("w2", "t2", "a2"))
+
+    # Execute: w2 goes offline; a late summary of it arrives; it comes back (takes the
+    # plan again) and summarises t1's repeated answer, which w1 already counted
+    dropped = round_.drop("w2")
+    late = round_.counted()
+    round_.on_message("s", ready("w2"))
+    round_.on_message("s", summary("w2", "t2", "a2"))
+    round_.on_message("s", summary("w2", "t1", "a1"))
+
+    # Assert: t2 counted again, through the rejoined w2; its refusal of t1 goes to the close
+    assert dropped == ("t2",)
+    assert late == {"t1"}
+    assert round_.ready() == {"w1", "w2"}
+    assert round_.counted() == {"t1", "t2"}
+    assert round_.close_message().refused == {"w2": ("t1",)}
+    assert round_.dropped == {}
+
+
+def test_a_worker_dropped_after_the_close_cannot_rejoin() -> None:
+    round_ = merged()
+    round_.on_message("s", summary("w1", "t1", "a1"))
+    round_.close_message()
+
+    assert round_.drop("w1") == ("t1",)
+    with pytest.raises(WireError, match="dropped"):
+        round_.on_message("s", ready("w1"))
+    assert round_.complete()
+    assert round_.dropped == {"w1": ("t1",)}
