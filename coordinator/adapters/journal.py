@@ -20,9 +20,8 @@ import shutil
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
-from faultfleet.files import atomic_write
+from faultfleet.files import atomic_write, atomic_write_buffers
 from faultfleet.wire.topics import check_name
 
 logger = logging.getLogger(__name__)
@@ -74,26 +73,31 @@ class RoundJournal:
 
         They go to one new segment file, written atomically (temporary file, fsync,
         rename): after a crash either the whole batch is there or none of it, and the
-        batch costs one fsync instead of one per update (group commit).
+        batch costs one fsync instead of one per update (group commit). Each payload is
+        written as it was received, from its own buffer (one ``writev`` for the batch,
+        :func:`~faultfleet.files.atomic_write_buffers`): a journaled update is neither
+        copied nor encoded again.
         """
         if not entries:
             return
         for agent_id, task_id, _ in entries:
             check_name("agent id", agent_id)
             check_name("task id", task_id)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if self._sequence == 0:
+        fresh = self._sequence == 0
+        if fresh:
+            self.directory.mkdir(parents=True, exist_ok=True)
             self._sequence = self._last_sequence()
         self._sequence += 1
-
-        def write(handle: IO[bytes]) -> None:
-            for _, task_id, payload in entries:
-                name = task_id.encode("ascii")
-                handle.write(_RECORD.pack(len(name), len(payload)))
-                handle.write(name)
-                handle.write(payload)
-
-        atomic_write(self.directory / f"{self._sequence:010d}{_SUFFIX}", write)
+        buffers: list[bytes | bytearray | memoryview] = []
+        for _, task_id, payload in entries:
+            name = task_id.encode("ascii")
+            buffers.append(_RECORD.pack(len(name), len(payload)) + name)
+            buffers.append(payload)
+        path = self.directory / f"{self._sequence:010d}{_SUFFIX}"
+        try:
+            atomic_write_buffers(path, buffers, make_parent=fresh)
+        except FileNotFoundError:  # the folder went away since the last batch
+            atomic_write_buffers(path, buffers)
 
     def accepted(self) -> dict[str, bytes]:
         """Accepted payloads of the round in flight by task id (a later record wins)."""

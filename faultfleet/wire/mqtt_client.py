@@ -7,8 +7,9 @@ and queue limits, reconnect backoff, and paho's log lines on ``faultfleet.wire.m
 paho does not pass to ``on_connect_fail`` (:mod:`faultfleet.wire.connect_failures` turns it
 into the reason an operator reads). :class:`Sender` is every publish of the connection
 (size limit, full queue, a QoS 1 message queued while disconnected) and
-:class:`Acknowledgements` what it waits on. With :mod:`faultfleet.wire.mqtt`, the only modules
-that import paho.
+:class:`Acknowledgements` what it waits on. Importing it makes paho decode received messages
+with one copy of their payload (:mod:`faultfleet.wire.paho_receive`). With
+:mod:`faultfleet.wire.mqtt` and that module, the only modules that import paho.
 
 **Why MQTT 3.1.1 with ``clean_session=False``, not MQTT 5** (for the services; ingest
 workers, which need MQTT 5's shared subscriptions, opt in with ``mqtt5=True`` and then
@@ -36,12 +37,15 @@ from typing import cast
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
+from faultfleet.wire import paho_receive
 from faultfleet.wire.dispatch import PublishError, Will
 from faultfleet.wire.settings import BrokerSettings
 
 logger = logging.getLogger("faultfleet.wire.mqtt")
 
 MAX_INFLIGHT_MESSAGES = 100
+
+paho_receive.install()
 
 
 def _not_the_post_disconnect_race(record: logging.LogRecord) -> bool:

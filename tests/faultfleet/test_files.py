@@ -9,7 +9,7 @@ from typing import IO
 
 import pytest
 
-from faultfleet.files import PRIVATE_MODE, atomic_write
+from faultfleet.files import PRIVATE_MODE, atomic_write, atomic_write_buffers
 
 
 def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
@@ -90,3 +90,62 @@ def test_a_replaced_file_takes_the_new_permissions(tmp_path: Path) -> None:
     # Assert
     assert path.read_bytes() == b"new"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_buffers_are_written_back_to_back_even_after_short_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: the kernel takes at most 5 bytes per writev, as a busy pipe or disk may
+    real_writev = os.writev
+    calls: list[int] = []
+
+    def short_writev(fd: int, buffers: list[memoryview]) -> int:
+        calls.append(len(buffers))
+        head = bytes(memoryview(b"".join(bytes(b) for b in buffers))[:5])
+        return real_writev(fd, [head])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    path = tmp_path / "deep" / "segment"
+    parts: list[bytes | bytearray | memoryview] = [
+        b"head",
+        b"",
+        bytearray(b"-middle-"),
+        memoryview(b"xxtailxx")[2:6],
+    ]
+
+    # Execute
+    written = atomic_write_buffers(path, parts)
+
+    # Assert
+    assert written == path
+    assert path.read_bytes() == b"head-middle-tail"
+    assert len(calls) == 4  # 16 bytes, 5 at a time
+    assert [p.name for p in path.parent.iterdir()] == ["segment"]
+
+
+def test_failed_buffer_write_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare
+    path = tmp_path / "segment"
+    path.write_bytes(b"old")
+
+    def full_disk(fd: int, buffers: list[memoryview]) -> int:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(os, "writev", full_disk)
+
+    # Execute
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_buffers(path, [b"new"])
+
+    # Assert
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["segment"]
+
+
+def test_buffer_write_without_make_parent_needs_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        atomic_write_buffers(tmp_path / "missing" / "segment", [b"x"], make_parent=False)
+
+    assert list(tmp_path.iterdir()) == []

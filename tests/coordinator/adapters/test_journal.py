@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,22 @@ def test_a_new_journal_object_appends_after_existing_segments(journal: RoundJour
     again.record("m01", "t1", b"new")
 
     assert again.accepted() == {"t1": b"new"}
+
+
+def test_a_batch_after_the_folder_vanished_creates_it_again(journal: RoundJournal) -> None:
+    journal.begin(4, ["m01", "m02"])
+    journal.record("m01", "t1", b"first")
+    shutil.rmtree(journal.directory)
+
+    journal.record("m02", "t2", b"second")
+
+    assert journal.accepted() == {"t2": b"second"}
+
+
+def test_large_payloads_are_journaled_byte_for_byte(journal: RoundJournal) -> None:
+    journal.begin(4, ["m01", "m02"])
+    big = bytes(range(256)) * 4096 + b"tail"
+
+    journal.record_many([("m01", "t1", big), ("m02", "t2", b"")])
+
+    assert journal.accepted() == {"t1": big, "t2": b""}
