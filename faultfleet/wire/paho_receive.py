@@ -19,12 +19,15 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from paho.mqtt import __version__ as paho_version
 from paho.mqtt import _packet
 from paho.mqtt.enums import MQTTProtocolVersion
 from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties, VariableByteIntegers
 
+CHECKED_PAHO = "2.2."
+"""The paho release whose private decoder :func:`install` replaces."""
 _U16 = struct.Struct("!H")
 _ORIGINAL: Any = getattr(_packet, "decode_publish", None)
 
@@ -91,8 +94,9 @@ def _properties(view: memoryview, offset: int) -> tuple[int, Properties]:
 
 def install() -> bool:
     """Make paho decode every PUBLISH with :func:`decode_publish`; False (and nothing
-    changed) when paho has no ``_packet.decode_publish`` to replace."""
-    if _ORIGINAL is None:
+    changed) when paho is not the 2.2 release it was checked against (its tests compare
+    both decoders field for field) or has no ``_packet.decode_publish`` to replace."""
+    if _ORIGINAL is None or not paho_version.startswith(CHECKED_PAHO):
         return False
     _packet.decode_publish = decode_publish
     return True
