@@ -120,18 +120,8 @@ def limit_malloc_arenas(
     """
     if arenas < 1:
         raise ValueError(f"arenas must be at least 1, got {arenas}")
-    if arenas_requested(os.environ if environ is None else environ):
-        logger.debug("malloc arenas: as %s or %s says", ARENAS_VARIABLE, TUNABLES_VARIABLE)
-        return None
-    libc = _glibc()
-    if libc is None:
-        logger.debug("malloc arenas: not glibc, left to the C library")
-        return None
-    if libc.mallopt(M_ARENA_MAX, arenas) != 1:  # mallopt returns 1 on success
-        logger.warning("glibc refused mallopt(M_ARENA_MAX, %d); arenas left as they are", arenas)
-        return None
-    logger.debug("malloc arenas: at most %d", arenas)
-    return arenas
+    requested = arenas_requested(os.environ if environ is None else environ)
+    return _mallopt("M_ARENA_MAX", M_ARENA_MAX, arenas, requested=requested)
 
 
 def fix_mmap_threshold(
@@ -150,14 +140,22 @@ def fix_mmap_threshold(
     """
     if threshold < 1:
         raise ValueError(f"threshold must be a positive number of bytes, got {threshold}")
-    if mmap_threshold_requested(os.environ if environ is None else environ):
-        logger.debug("mmap threshold: as %s or %s says", MMAP_THRESHOLD_VARIABLE, TUNABLES_VARIABLE)
+    requested = mmap_threshold_requested(os.environ if environ is None else environ)
+    return _mallopt("M_MMAP_THRESHOLD", M_MMAP_THRESHOLD, threshold, requested=requested)
+
+
+def _mallopt(name: str, parameter: int, value: int, *, requested: bool) -> int | None:
+    """``mallopt(parameter, value)`` unless ``requested`` in the environment or not glibc;
+    the value set, or None."""
+    if requested:
+        logger.debug("%s: as the environment says", name)
         return None
     libc = _glibc()
     if libc is None:
+        logger.debug("%s: not glibc, left to the C library", name)
         return None
-    if libc.mallopt(M_MMAP_THRESHOLD, threshold) != 1:
-        logger.warning("glibc refused mallopt(M_MMAP_THRESHOLD, %d); left dynamic", threshold)
+    if libc.mallopt(parameter, value) != 1:  # mallopt returns 1 on success
+        logger.warning("glibc refused mallopt(%s, %d); left as it was", name, value)
         return None
-    logger.debug("mmap threshold: %d bytes", threshold)
-    return threshold
+    logger.debug("mallopt(%s, %d)", name, value)
+    return value

@@ -54,21 +54,25 @@ CHILD = textwrap.dedent(
 )
 
 
-def arenas_after_threads(mode: str) -> tuple[str, int]:
-    """(what limit_malloc_arenas returned, arenas) in a fresh process without an explicit
-    arena setting in its environment."""
-    environ = {
-        k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")
-    }
+def run_child(script: str, mode: str, unset: tuple[str, ...]) -> list[str]:
+    """The words ``script`` prints, run with ``mode`` in a fresh process whose
+    environment lacks ``unset``."""
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
     environ["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, mode],
+        [sys.executable, "-c", script, mode],
         check=True,
         capture_output=True,
         text=True,
         env=environ,
     )
-    returned, arenas = done.stdout.split()
+    return done.stdout.split()
+
+
+def arenas_after_threads(mode: str) -> tuple[str, int]:
+    """(what limit_malloc_arenas returned, arenas) in a fresh process without an explicit
+    arena setting in its environment."""
+    returned, arenas = run_child(CHILD, mode, ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES"))
     return returned, int(arenas)
 
 
@@ -134,18 +138,7 @@ MMAP_CHILD = textwrap.dedent(
 
 
 def _block_mapped(mode: str) -> tuple[str, str]:
-    environ = {
-        k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
-    }
-    environ["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", MMAP_CHILD, mode],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=environ,
-    )
-    returned, mapped = done.stdout.split()
+    returned, mapped = run_child(MMAP_CHILD, mode, ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"))
     return returned, mapped
 
 

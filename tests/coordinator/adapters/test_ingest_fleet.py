@@ -222,34 +222,47 @@ def test_a_forwarded_evaluation_answers_its_task_as_if_it_came_from_the_agent(
     assert pending.result == EvaluateResult("a", "global", 0.5, 1.0, 10)
 
 
+class DrivenRound:
+    """One fit round of agents a and b through workers w1 and w2, run on its own thread
+    on a :class:`ManualClock`; the test delivers the workers' messages."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.clock = ManualClock()
+        self.fleet, self.ingest, self.metrics = driven_fleet(tmp_path, self.clock)
+        tasks = [FitTask(a, {"global": START}, TrainConfig(), seed=1) for a in ("a", "b")]
+        self.stream = UpdateStream(1, {"global": START}, AggregationPolicy(), {}, SKETCHER)
+        self.outcome: list[FitOutcome | BaseException] = []
+
+        def run_round() -> None:
+            try:
+                self.outcome.append(self.fleet.fit_streaming(1, tasks, self.stream))
+            except BaseException as error:  # re-raised by until(), in the test's thread
+                self.outcome.append(error)
+
+        self.thread = threading.Thread(target=run_round)
+        connection = self.fleet.answers.connection
+        assert isinstance(connection, RecordingConnection)
+        self.connection = connection
+
+    def deliver(self, worker: str, payload: bytes) -> None:
+        """``payload`` as if ``worker`` had published it on its summaries topic."""
+        self.ingest.link._on_summary(TOPICS.ingest_summaries(worker), payload, worker=worker)
+
+    def until(self, predicate: Callable[[], bool], what: str) -> None:
+        """Wait for ``predicate`` (or the round's end); re-raise the round's error."""
+        wait_until(lambda: predicate() or bool(self.outcome), 120, what)
+        if self.outcome and isinstance(self.outcome[0], BaseException):
+            raise self.outcome[0]
+
+
 def test_a_worker_that_sends_no_partial_sums_is_left_out_at_the_close_timeout(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Prepare: a round of a and b through w1 and w2; its time moves only when the test says
-    clock = ManualClock()
-    fleet, ingest, metrics = driven_fleet(tmp_path, clock)
-    tasks = [FitTask(a, {"global": START}, TrainConfig(), seed=1) for a in ("a", "b")]
-    stream = UpdateStream(1, {"global": START}, AggregationPolicy(), {}, SKETCHER)
-    outcome: list[FitOutcome | BaseException] = []
-
-    def run_round() -> None:
-        try:
-            outcome.append(fleet.fit_streaming(1, tasks, stream))
-        except BaseException as error:  # re-raised below, in the test's thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=run_round)
-    link = ingest.link
-    connection = fleet.answers.connection
-    assert isinstance(connection, RecordingConnection)
-
-    def deliver(worker: str, payload: bytes) -> None:
-        link._on_summary(TOPICS.ingest_summaries(worker), payload, worker=worker)
-
-    def until(predicate: Callable[[], bool], what: str) -> None:
-        wait_until(lambda: predicate() or bool(outcome), 120, what)
-        if outcome and isinstance(outcome[0], BaseException):
-            raise outcome[0]
+    driven = DrivenRound(tmp_path)
+    clock, fleet, metrics = driven.clock, driven.fleet, driven.metrics
+    stream, outcome, thread = driven.stream, driven.outcome, driven.thread
+    connection, deliver, until = driven.connection, driven.deliver, driven.until
 
     # Execute: both workers take the plan and summarise an update each; w1 answers the
     # close, w2 (dead) never does
@@ -286,30 +299,10 @@ def test_a_worker_gone_offline_mid_round_has_its_updates_asked_for_again(
     tmp_path: Path,
 ) -> None:
     # Prepare: a round of a and b through w1 and w2; its time moves only when the test says
-    clock = ManualClock()
-    fleet, ingest, metrics = driven_fleet(tmp_path, clock)
-    tasks = [FitTask(a, {"global": START}, TrainConfig(), seed=1) for a in ("a", "b")]
-    stream = UpdateStream(1, {"global": START}, AggregationPolicy(), {}, SKETCHER)
-    outcome: list[FitOutcome | BaseException] = []
-
-    def run_round() -> None:
-        try:
-            outcome.append(fleet.fit_streaming(1, tasks, stream))
-        except BaseException as error:  # re-raised below, in the test's thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=run_round)
-    link = ingest.link
-    connection = fleet.answers.connection
-    assert isinstance(connection, RecordingConnection)
-
-    def deliver(worker: str, payload: bytes) -> None:
-        link._on_summary(TOPICS.ingest_summaries(worker), payload, worker=worker)
-
-    def until(predicate: Callable[[], bool], what: str) -> None:
-        wait_until(lambda: predicate() or bool(outcome), 120, what)
-        if outcome and isinstance(outcome[0], BaseException):
-            raise outcome[0]
+    driven = DrivenRound(tmp_path)
+    clock, fleet, ingest, metrics = driven.clock, driven.fleet, driven.ingest, driven.metrics
+    stream, outcome, thread = driven.stream, driven.outcome, driven.thread
+    connection, deliver, until = driven.connection, driven.deliver, driven.until
 
     offline = IngestWorkerStatus(worker_id="w2", state="offline").model_dump_json().encode()
 
