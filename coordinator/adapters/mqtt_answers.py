@@ -28,13 +28,13 @@ task once (:mod:`edge_agent.task_worker`); a second answer is ignored as a dupli
 
 With ingest workers (:mod:`coordinator.adapters.ingest_fleet`) the collector leaves the
 results topic to them: they forward every other answer to :meth:`AnswerCollector.receive`,
-and their summaries settle fit tasks (:meth:`AnswerCollector.settle_streamed`).
+and their summaries settle fit tasks (:meth:`AnswerCollector.settle_streamed`). What
+becomes of each task of the round, under one lock, is :mod:`coordinator.adapters.open_tasks`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -43,19 +43,13 @@ from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.journal_writer import JournalWriter, write_entry
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_probes import answer_result
-from coordinator.adapters.round_tasks import (
-    ClosedTasks,
-    Collection,
-    Pending,
-    RoundAbortedError,
-    Write,
-    excess_samples,
-)
+from coordinator.adapters.open_tasks import OpenTasks
+from coordinator.adapters.round_tasks import Pending, Write, excess_samples
 from coordinator.adapters.task_frames import Frame
 from coordinator.adapters.task_resend import send_again
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
-from faultfleet.tasks import Failure, FitResult
+from faultfleet.tasks import FitResult
 from faultfleet.wire.codec import (
     RejectReason,
     WireError,
@@ -63,15 +57,15 @@ from faultfleet.wire.codec import (
     parse_envelope,
     split_frame_view,
 )
-from faultfleet.wire.messages import ANSWER_ADAPTER, AnyTaskMessage, TaskFailedMessage
+from faultfleet.wire.messages import ANSWER_ADAPTER, TaskFailedMessage
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.topics import Topics
 
 logger = logging.getLogger(__name__)
 
 
-class AnswerCollector:
-    """The open tasks of a round and the agents' answers to them.
+class AnswerCollector(OpenTasks):
+    """The open tasks of a round (:class:`~.open_tasks.OpenTasks`) and the agents' answers.
 
     Parameters
     ----------
@@ -118,26 +112,16 @@ class AnswerCollector:
         declared_samples: Callable[[str], int] | None = None,
         check_threads: int = 2,
     ) -> None:
+        super().__init__(
+            run_id=run_id, deadline_s=deadline_s, metrics=metrics, round_clock=round_clock
+        )
         self.connection = connection
         self.declared_samples = declared_samples
         self.topics = topics
-        self.run_id = run_id
         self.n_params = n_params
-        self.deadline_s = deadline_s
         self.journal = journal
-        self.metrics = metrics
         self.max_payload_bytes = max_payload_bytes
-        self.round_clock = round_clock
         self.clock = clock
-        self._lock = threading.Lock()
-        self._answered = threading.Condition(self._lock)
-        self._collection = Collection()
-        self._sent: dict[str, tuple[AnyTaskMessage, bytes]] = {}
-        """Header and body of every task of the round in flight that was published."""
-        self._closed = ClosedTasks()
-        self._aborted = False
-        self._reopened: set[str] = set()
-        """Streamed tasks of the round in flight taken back by :meth:`reopen`."""
         self._writer = JournalWriter(
             journal, written=self._settle, failed=self._unwritten, entry=write_entry
         )
@@ -191,9 +175,7 @@ class AnswerCollector:
         if not self._writer.running:
             raise RuntimeError("the answer collector is not started; call start() first")
         deadline = self.round_clock.monotonic() + self.deadline_s
-        with self._lock:
-            self._collection = Collection({p.task_id: p for p, _, _ in frames})
-            self._reopened = set()
+        self._open_round([p for p, _, _ in frames])
         bytes_down = 0
         for pending, header, body in frames:
             saved = replay.get(pending.task_id)
@@ -209,40 +191,7 @@ class AnswerCollector:
             except (ValueError, RuntimeError) as error:
                 self.fail(pending.task_id, f"task could not be sent: {error}")
         self.metrics.payload_sent_bytes.inc(bytes_down)
-        with self._answered:
-            while not (self._aborted or self._collection.finished()):
-                remaining_s = deadline - self.round_clock.monotonic()
-                if remaining_s <= 0:
-                    break
-                self.round_clock.wait(self._answered, remaining_s)
-            if self._aborted:
-                self._collection = Collection()
-                self._sent = {}
-                raise RoundAbortedError("the coordinator is stopping; the round was abandoned")
-            # Updates that arrived in time but are still being journaled count for the round.
-            self._answered.wait_for(lambda: not self._collection.writing(), timeout=60.0)
-            collection = list(self._collection.pending.values())
-            for pending in collection:
-                if not pending.done:
-                    pending.failure = Failure(
-                        pending.agent_id, f"no answer within the {self.deadline_s:g} s deadline"
-                    )
-                self._closed.add(pending.task_id)
-            self._collection = Collection()
-            self._sent = {}
-        return collection, bytes_down
-
-    def waiting_for(self) -> list[str]:
-        """Agents with a task of the round in flight still unanswered; empty between rounds."""
-        with self._lock:
-            return sorted({p.agent_id for p in self._collection.pending.values() if not p.done})
-
-    def abort(self) -> None:
-        """Stop waiting: the round in progress (and any later one) raises RoundAbortedError;
-        accepted updates stay in the journal, so a restarted coordinator replays the round."""
-        with self._answered:
-            self._aborted = True
-            self._answered.notify_all()
+        return self._close_round(deadline), bytes_down
 
     def resend(self, agent_id: str) -> None:
         """Publish again the tasks of ``agent_id`` in the round in flight still unanswered.
@@ -267,20 +216,6 @@ class AnswerCollector:
         will: an update sent just before the agent vanished still counts.
         """
         self._workers.call(agent_id, lambda: self._fail_agent(agent_id))
-
-    def _fail_agent(self, agent_id: str) -> None:
-        with self._answered:
-            for pending in self._collection.unanswered(agent_id):
-                pending.failure = Failure(agent_id, "the agent went offline during the round")
-            self._answered.notify_all()
-
-    def fail(self, tid: str, reason: str) -> None:
-        """Fail task ``tid`` of the round in flight, unless it is settled or journaling."""
-        with self._answered:
-            pending = self._collection.pending.get(tid)
-            if pending is not None and not pending.done and not pending.journaling:
-                pending.failure = Failure(pending.agent_id, reason)
-            self._answered.notify_all()
 
     def receive(self, topic: str, payload: bytes) -> None:
         """Network thread: queue a message on ``agents/+/results`` for the worker of its
@@ -342,16 +277,6 @@ class AnswerCollector:
         else:
             self._settle([Write(pending, result, payload)])
 
-    def _unwritten(self, writes: Sequence[Write]) -> None:
-        """Writer thread: fail the tasks of updates the journal could not write."""
-        with self._answered:
-            for write in writes:
-                write.pending.journaling = False
-                write.pending.failure = Failure(
-                    write.pending.agent_id, "its update could not be journaled"
-                )
-            self._answered.notify_all()
-
     def _settle(self, writes: Sequence[Write]) -> None:
         """Count journaled (or replayed) answers; with a stream, fold updates into it
         instead of keeping them, so their weights (and messages) are freed at once."""
@@ -373,47 +298,3 @@ class AnswerCollector:
         fits = sum(isinstance(w.result, FitResult) for w in writes)
         if fits:
             self.metrics.updates_received.inc(fits)
-
-    def settle_streamed(self, pending: Pending) -> bool:
-        """Count ``pending`` as answered by an update folded elsewhere (an ingest worker's,
-        :mod:`coordinator.adapters.ingest_fleet`); False when it closed or was settled.
-        A task settled again after :meth:`reopen` is counted received once."""
-        with self._answered:
-            if self._collection.pending.get(pending.task_id) is not pending or pending.done:
-                return False
-            pending.streamed = True
-            first = pending.task_id not in self._reopened
-            self._answered.notify_all()
-        if first:
-            self.metrics.updates_received.inc()
-        return True
-
-    def reopen(self, tids: Sequence[str]) -> list[str]:
-        """Take back the settlement of the streamed tasks ``tids`` of the round in flight
-        (the ingest worker that folded their updates is gone): they wait for an answer
-        again. Returns the agents of the tasks reopened."""
-        with self._answered:
-            agents = []
-            for tid in tids:
-                pending = self._collection.pending.get(tid)
-                if pending is not None and pending.streamed:
-                    pending.streamed = False
-                    self._reopened.add(tid)
-                    agents.append(pending.agent_id)
-            return agents
-
-    def open_task(self, tid: str, agent_id: str, run_id: str) -> Pending:
-        """The open task ``tid`` of ``agent_id``; a WireError (duplicate, late, unknown)
-        for any other."""
-        with self._lock:
-            pending = self._collection.pending.get(tid)
-            if pending is not None and pending.agent_id == agent_id:
-                if pending.done or pending.journaling:
-                    raise WireError(RejectReason.DUPLICATE, f"task {tid} already answered")
-                return pending
-            if tid in self._closed:
-                raise WireError(
-                    RejectReason.LATE, f"task {tid} of {agent_id} closed before it arrived"
-                )
-        reason = "another run" if run_id != self.run_id else "no open task"
-        raise WireError(RejectReason.UNKNOWN_TASK, f"task {tid} of {agent_id} belongs to {reason}")

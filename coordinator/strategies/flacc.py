@@ -52,14 +52,12 @@ import numpy as np
 from coordinator.strategies.agglomeration import (
     UNKNOWN,
     Entity,
-    MergeDecision,
-    agglomerate,
     entities_after_leaving,
-    forget_stale,
 )
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Merge, Strategy
-from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
+from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.flacc_merges import flacc_evidence, merge_step
 from coordinator.strategies.flacc_parameters import FLACC_PARAMETERS, RULES
 from coordinator.strategies.flacc_sketch import SketchedPairs
 from coordinator.strategies.flacc_state import flacc_state, load_flacc_state
@@ -252,7 +250,7 @@ class FLACC(Strategy):
             answered = np.array([self._index(u.client_id) for u in updates], dtype=np.intp)
             sketches = [u.sketch for u in updates if u.sketch is not None]
             self.sketched_.record_sketches(server_round, answered, sketches)
-            self._merge_step(server_round)
+            merge_step(self, server_round)
         tally = RoundTally(server_round)
         for index, key in enumerate(keys):  # line 20, or 26 per entity once separated
             self.models_[key] = stream.average(key, index=index)
@@ -279,51 +277,14 @@ class FLACC(Strategy):
         if self.sketched_ is not None:
             if similarity is not None and len(answered):
                 self.sketched_.record_matrix(server_round, answered, similarity)
-            self._merge_step(server_round)
+            merge_step(self, server_round)
             return
         if similarity is not None and len(answered):
             pairs = np.ix_(answered, answered)
             self.alpha_[pairs] = similarity
             self.tau_[pairs] = server_round
             self.alpha_[answered, answered] = UNKNOWN  # the diagonal carries no information
-        self._merge_step(server_round)
-
-    def _merge_step(self, server_round: int) -> None:
-        """Lines 13–19 on the similarities recorded: forget stale pairs (eq. 18), merge."""
-        options = {
-            "alpha0": self.alpha0,
-            "n_merge": self.n_merge,
-            "next_pair": self.next_pair,
-            "cohesion_share": self.cohesion_share if self.rule == "cohesion" else None,
-        }
-        if self.sketched_ is not None:
-            self.sketched_.forget(server_round, self.memory)
-            outcome = self.sketched_.agglomerate(self.entities_, **options)
-        else:
-            self.alpha_ = forget_stale(self.alpha_, self.tau_, server_round, self.memory)
-            outcome = agglomerate(self.alpha_, self.entities_, **options)  # type: ignore[arg-type]
-        self._record_merges(server_round, outcome.decisions, self.alpha0)
-        self._set_entities(outcome.entities)
-        first = outcome.decisions[0] if outcome.decisions else None
-        self.last_alpha_min_cross_ = None if first is None else first.alpha_min_cross
-        self.last_passed_over_ = outcome.passed_over
-        self.rounds_without_merge_ = 0 if outcome.num_merges else self.rounds_without_merge_ + 1
-
-    def _record_merges(
-        self, server_round: int, decisions: Sequence[MergeDecision], threshold: float
-    ) -> None:
-        ids = self.client_ids_
-        self.merges_.extend(
-            Merge(
-                server_round,
-                tuple(map(ids.__getitem__, d.first)),
-                tuple(map(ids.__getitem__, d.second)),
-                d.alpha_min_cross,
-                threshold,
-            )
-            for d in decisions
-            if d.merge
-        )
+        merge_step(self, server_round)
 
     def _separate(self) -> None:
         """Lines 21–27 from now on: one model per entity, each a copy of the global model."""
@@ -364,30 +325,9 @@ class FLACC(Strategy):
         return tuple(self.merges_)
 
     def cluster_evidence(self) -> ClusterEvidence:
-        """The cosines FLACC merges on (eq. 19, pairs of the last T rounds; frozen at
-        separation), and per entity the lowest α_min^cross at which a merge built it."""
-        weakest: dict[int, float] = {}
-        for merge in self.merges_:
-            present = [c for c in merge.first + merge.second if c in self.client_index_]
-            if not present:  # every client of the merge has left
-                continue
-            label = int(self._labels[self._index(present[0])])
-            weakest[label] = min(weakest.get(label, np.inf), merge.similarity)
-        return ClusterEvidence(
-            client_ids=self.client_ids_,
-            labels=tuple(int(k) for k in self._labels),
-            similarity=known_or_nan(
-                self.alpha_ if self.sketched_ is None else self.sketched_.memory.dense(), UNKNOWN
-            ),
-            measure="cosine similarity of weight updates (FLACC eq. 19), pairs seen in "
-            "the last T rounds of the clustering phase",
-            settled=self.separated_,
-            weakest_merges=weakest,
-            merge_measure="alpha_min^cross of FLACC eq. 15 (cosine of the least similar "
-            "pair across the two merged entities)",
-            unrelated=0.0,
-            merges=tuple(self.merges_),
-        )
+        """The cosines FLACC merges on and the weakest merge behind each entity
+        (:func:`~.flacc_merges.flacc_evidence`)."""
+        return flacc_evidence(self)
 
     @property
     def last_alpha_min_cross(self) -> float | None:

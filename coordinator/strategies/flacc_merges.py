@@ -1,0 +1,114 @@
+"""FLACC's merges: the merge step of a clustering round, its record, and the evidence.
+
+:func:`merge_step` is Algorithm 1's lines 13–19 on the similarities the strategy recorded:
+forget the pairs older than the memory T (eq. 18), then merge entities greedily
+(:func:`~.agglomeration.agglomerate`, or under sketches
+:meth:`~.flacc_sketch.SketchedPairs.agglomerate`). Every merge is kept as a
+:class:`~coordinator.strategies.evidence.Merge`: its round, the client ids of the two
+entities, the α_min^cross of eq. 15 that let them merge and the bar α0 of eq. 16 it cleared
+(:func:`merges_made`). :func:`flacc_evidence` turns the strategy's similarity memory (α of
+eq. 19 for the pairs of the last T rounds, or under sketches the pair list) and those merges
+into the :class:`~coordinator.strategies.evidence.ClusterEvidence` that
+:mod:`coordinator.strategies.quality` scores: per entity, the lowest α_min^cross at which a
+merge built it. The functions read and set the attributes of a
+:class:`~coordinator.strategies.flacc.FLACC`, as :mod:`.flacc_state` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from coordinator.strategies.agglomeration import UNKNOWN, MergeDecision, agglomerate, forget_stale
+from coordinator.strategies.evidence import ClusterEvidence, Merge, known_or_nan
+
+if TYPE_CHECKING:
+    from coordinator.strategies.flacc import FLACC
+
+
+def merge_step(strategy: FLACC, server_round: int) -> None:
+    """Lines 13–19 on the similarities ``strategy`` recorded: forget stale pairs (eq. 18),
+    merge (eqs. 9–17), and record the merges and the round's figures on ``strategy``."""
+    options = {
+        "alpha0": strategy.alpha0,
+        "n_merge": strategy.n_merge,
+        "next_pair": strategy.next_pair,
+        "cohesion_share": strategy.cohesion_share if strategy.rule == "cohesion" else None,
+    }
+    if strategy.sketched_ is not None:
+        strategy.sketched_.forget(server_round, strategy.memory)
+        outcome = strategy.sketched_.agglomerate(strategy.entities_, **options)
+    else:
+        strategy.alpha_ = forget_stale(
+            strategy.alpha_, strategy.tau_, server_round, strategy.memory
+        )
+        alpha, entities = strategy.alpha_, strategy.entities_
+        outcome = agglomerate(alpha, entities, **options)  # type: ignore[arg-type]
+    strategy.merges_.extend(
+        merges_made(server_round, outcome.decisions, strategy.client_ids_, strategy.alpha0)
+    )
+    strategy._set_entities(outcome.entities)
+    first = outcome.decisions[0] if outcome.decisions else None
+    strategy.last_alpha_min_cross_ = None if first is None else first.alpha_min_cross
+    strategy.last_passed_over_ = outcome.passed_over
+    without = strategy.rounds_without_merge_
+    strategy.rounds_without_merge_ = 0 if outcome.num_merges else without + 1
+
+
+def merges_made(
+    server_round: int,
+    decisions: Sequence[MergeDecision],
+    client_ids: Sequence[str],
+    threshold: float,
+) -> list[Merge]:
+    """The merges among ``decisions`` of round ``server_round``, by client id.
+
+    Parameters
+    ----------
+    decisions : sequence of MergeDecision
+        The round's decisions, entities as registration indices into ``client_ids``; those
+        that did not merge are left out.
+    threshold : float
+        The bar each merge cleared (α0 of eq. 16).
+    """
+    return [
+        Merge(
+            server_round,
+            tuple(map(client_ids.__getitem__, d.first)),
+            tuple(map(client_ids.__getitem__, d.second)),
+            d.alpha_min_cross,
+            threshold,
+        )
+        for d in decisions
+        if d.merge
+    ]
+
+
+def flacc_evidence(strategy: FLACC) -> ClusterEvidence:
+    """The cosines ``strategy`` merges on (eq. 19, pairs of the last T rounds; frozen at
+    separation), and per entity the lowest α_min^cross at which a merge built it."""
+    weakest: dict[int, float] = {}
+    for merge in strategy.merges_:
+        present = [c for c in merge.first + merge.second if c in strategy.client_index_]
+        if not present:  # every client of the merge has left
+            continue
+        label = int(strategy._labels[strategy._index(present[0])])
+        weakest[label] = min(weakest.get(label, np.inf), merge.similarity)
+    sketched = strategy.sketched_
+    return ClusterEvidence(
+        client_ids=strategy.client_ids_,
+        labels=tuple(int(k) for k in strategy._labels),
+        similarity=known_or_nan(
+            strategy.alpha_ if sketched is None else sketched.memory.dense(), UNKNOWN
+        ),
+        measure="cosine similarity of weight updates (FLACC eq. 19), pairs seen in "
+        "the last T rounds of the clustering phase",
+        settled=strategy.separated_,
+        weakest_merges=weakest,
+        merge_measure="alpha_min^cross of FLACC eq. 15 (cosine of the least similar "
+        "pair across the two merged entities)",
+        unrelated=0.0,
+        merges=tuple(strategy.merges_),
+    )
