@@ -6,8 +6,8 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from edge_agent.diagnosis_counts import DiagnosisCounts, StreakGauge
 from edge_agent.metrics import INFERENCE_LATENCY_BUCKETS_S
+from edge_agent.metrics.diagnosis_counts import DiagnosisCounts, StreakGauge
 from tests.faultfleet.scrape import samples
 
 CLASSES = ("healthy", "inner_race", "outer_race")

@@ -1,4 +1,4 @@
-"""The coordinator's Prometheus metrics, defined here and in :mod:`.cluster_metrics` only.
+"""The coordinator's Prometheus metrics, defined here and in :mod:`.clusters` only.
 
 One :class:`CoordinatorMetrics` per coordinator process, built on a registry the caller
 passes (tests pass a fresh one) and served by :func:`faultfleet.metrics_http.serve_metrics`.
@@ -10,7 +10,7 @@ changes while the coordinator runs, and :meth:`CoordinatorMetrics.set_clusters` 
 the whole set so that clusters which no longer exist stop being reported. Cluster quality
 (:mod:`coordinator.strategies.quality`) is reported as run-level summaries only, without
 labels, so its cardinality does not grow with the fleet. The cluster families and their
-setters are written in the sibling :mod:`coordinator.adapters.cluster_metrics`, which
+setters are written in the sibling :mod:`coordinator.adapters.metrics.clusters`, which
 :class:`CoordinatorMetrics` derives from; nothing else builds them.
 
 The registry also holds the standard process, platform and GC collectors and
@@ -26,7 +26,7 @@ import math
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from coordinator.adapters.cluster_metrics import ClusterMetrics
+from coordinator.adapters.metrics.clusters import ClusterMetrics
 from coordinator.engine.campaigns import CampaignTrigger, ServicePhase
 from coordinator.engine.promotion import Decision
 from faultfleet.metrics_http import register_standard_metrics

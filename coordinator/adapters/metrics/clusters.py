@@ -1,4 +1,4 @@
-"""The coordinator's cluster series, registered by :mod:`coordinator.adapters.metrics`.
+"""The coordinator's cluster series, in the metrics package :mod:`coordinator.adapters.metrics`.
 
 The set of clusters changes while the coordinator runs, so the per-cluster series (agents,
 accuracy and serving model version by ``cluster``) are replaced as a whole: clusters that

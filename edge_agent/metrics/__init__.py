@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from edge_agent.diagnosis_counts import DiagnosisCounts, StreakGauge
 from edge_agent.incoming import IncomingRefusal
+from edge_agent.metrics.diagnosis_counts import DiagnosisCounts, StreakGauge
 from edge_agent.model_intake import ModelRejectReason
 from edge_agent.outbox import OutboxDrop
 from edge_agent.supervision import AgentThread
@@ -82,7 +82,7 @@ class AgentMetrics:
         self.diagnosis_counts = DiagnosisCounts(reg, INFERENCE_LATENCY_BUCKETS_S)
         """``faultfleet_windows_processed_total``, ``faultfleet_inference_latency_seconds``
         and ``faultfleet_diagnoses_total``, counted per window without prometheus_client's
-        objects (:mod:`edge_agent.diagnosis_counts`)."""
+        objects (:mod:`edge_agent.metrics.diagnosis_counts`)."""
         self.model_version = Gauge(
             "faultfleet_model_version",
             "Version of the diagnosis model in use; -1 before any model is loaded.",
