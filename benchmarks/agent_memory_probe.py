@@ -1,7 +1,7 @@
 """Run ``faultfleet agent`` with a probe inside it: where does the process's memory go?
 
 Usage: python benchmarks/agent_memory_probe.py --probe-out FILE [--probe-s 30]
-       [--tracemalloc] -- agent --config FILE [--machines 0-23] ...
+       [--tracemalloc [--baseline-s 300]] -- agent --config FILE [--machines 0-23] ...
 
 Starts a daemon thread, then runs ``faultfleet agent`` (everything after ``--``) in this
 process. Every ``--probe-s`` seconds the thread appends one JSON line to ``--probe-out``:
@@ -13,7 +13,9 @@ process. Every ``--probe-s`` seconds the thread appends one JSON line to ``--pro
   keeps), and ``arenas`` (from ``malloc_info``);
 * ``python_mb``: what Python's allocators hold (``tracemalloc`` traced memory when
   ``--tracemalloc`` is given, with the ten largest growths by line since the previous
-  line under ``top``; otherwise ``sys.getallocatedblocks()`` as a count);
+  line under ``top`` and, from ``--baseline-s`` on, the ten largest since the first
+  sample after it under ``since_baseline``; otherwise ``sys.getallocatedblocks()`` as a
+  count);
 * ``ort_sessions``: ONNX Runtime sessions some agent still holds
   (:func:`edge_agent.onnx_sessions.live_sessions`), ``threads``, and whether torch is
   loaded.
@@ -85,8 +87,10 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def probe_line(started: float, previous: list[Any], traced: bool) -> dict[str, Any]:
-    """One sample of the process; ``previous`` holds the last tracemalloc snapshot."""
+def probe_line(
+    started: float, snapshots: dict[str, Any], traced: bool, baseline_s: float
+) -> dict[str, Any]:
+    """One sample of the process; ``snapshots`` holds the last and baseline tracemalloc ones."""
     info = _libc.mallinfo2()
     line: dict[str, Any] = {
         "t_s": round(time.monotonic() - started, 1),
@@ -103,10 +107,13 @@ def probe_line(started: float, previous: list[Any], traced: bool) -> dict[str, A
     if traced:
         snapshot = tracemalloc.take_snapshot()
         line["python_mb"] = round(tracemalloc.get_traced_memory()[0] / MB, 1)
-        if previous:
-            diff = snapshot.compare_to(previous[0], "lineno")[:10]
-            line["top"] = [f"{d.size_diff / 1024:+.0f} KiB {d.traceback[0]}" for d in diff]
-        previous[:] = [snapshot]
+        for key, name in (("previous", "top"), ("baseline", "since_baseline")):
+            if key in snapshots:
+                diff = snapshot.compare_to(snapshots[key], "lineno")[:10]
+                line[name] = [f"{d.size_diff / 1024:+.0f} KiB {d.traceback[0]}" for d in diff]
+        snapshots["previous"] = snapshot
+        if line["t_s"] >= baseline_s:
+            snapshots.setdefault("baseline", snapshot)
     else:
         line["python_blocks"] = sys.getallocatedblocks()
     return line
@@ -121,17 +128,23 @@ def main() -> int:
     parser.add_argument("--probe-s", type=float, default=30.0)
     parser.add_argument("--tracemalloc", action="store_true")
     parser.add_argument(
+        "--baseline-s",
+        type=float,
+        default=300.0,
+        help="with --tracemalloc: growth is also shown against the first sample after this",
+    )
+    parser.add_argument(
         "--trim", action="store_true", help="malloc_trim(0) after each sample (an experiment)"
     )
     args = parser.parse_args(argv[:split])
     if args.tracemalloc:
         tracemalloc.start(1)
     started = time.monotonic()
-    previous: list[Any] = []
+    snapshots: dict[str, Any] = {}
 
     def sample() -> None:
         while True:
-            line = probe_line(started, previous, args.tracemalloc)
+            line = probe_line(started, snapshots, args.tracemalloc, args.baseline_s)
             if args.trim:
                 _libc.malloc_trim(0)
                 line["rss_after_trim_mb"] = round(rss_mb(), 1)

@@ -78,6 +78,8 @@ def probe_command(args: argparse.Namespace, index: int) -> list[str]:
     command = [sys.executable, str(script), "--probe-out", str(out.resolve())]
     command += ["--probe-s", f"{args.sample_s:g}"]
     flags = [f for f, on in (("--tracemalloc", args.tracemalloc), ("--trim", args.trim)) if on]
+    if args.tracemalloc:
+        flags += ["--baseline-s", f"{args.warm_up_minutes * 60:g}"]
     return [*command, *flags, "--"]
 
 

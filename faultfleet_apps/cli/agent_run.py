@@ -6,7 +6,8 @@ the process decides its torch threads at once (:func:`~faultfleet_apps.thread_po
 decide_threads`) and sets them at its first task, where the first agent to train loads
 torch (:mod:`edge_agent.task_compute`); an agent that only diagnoses never loads it.
 Before its agents start their threads the process limits glibc's malloc arenas and fixes
-its mmap threshold (:mod:`faultfleet_apps.malloc_policy`), which keeps a long-running
+its mmap threshold, and from then on it hands glibc's free pages back every minute
+(``--malloc-trim-s``; :mod:`faultfleet_apps.malloc_policy`), which keeps a long-running
 process's memory flat.
 """
 
@@ -30,7 +31,7 @@ from faultfleet.errors import UsageError
 from faultfleet.metrics_http import serve_metrics
 from faultfleet.wire.settings import load_settings
 from faultfleet_apps.cli.runtime import set_verbosity, stop_on_signals
-from faultfleet_apps.malloc_policy import fix_mmap_threshold, limit_malloc_arenas
+from faultfleet_apps.malloc_policy import Trimmer, fix_mmap_threshold, limit_malloc_arenas
 from faultfleet_apps.thread_policy import decide_threads, set_torch_threads
 from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
@@ -118,6 +119,7 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     limit_malloc_arenas()  # before any agent starts a thread (faultfleet_apps.malloc_policy)
     fix_mmap_threshold()
+    trimmer = Trimmer(args.malloc_trim_s)
     training_threads = decide_threads(args.threads)
     compute_lock = ComputeTurns(on_first_turn=lambda: set_torch_threads(training_threads))
     metrics = AgentMetrics()
@@ -149,6 +151,7 @@ def run_agent(args: argparse.Namespace) -> int:
             logger.info("%d agent(s) running; Ctrl-C stops them", len(services))
             while any(t.is_alive() for t in threads):
                 stop.wait(0.5)
+                trimmer.tick()
                 if stop.is_set():
                     for thread in threads:
                         thread.join()

@@ -24,7 +24,8 @@ from typing import Any
 
 from faultfleet.errors import UsageError
 from faultfleet_apps.cli.lazy import lazy_handler
-from faultfleet_apps.cli.numbers import POSITIVE
+from faultfleet_apps.cli.numbers import NON_NEGATIVE_NUMBER, POSITIVE
+from faultfleet_apps.malloc_policy import AGENT_TRIM_INTERVAL_S
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,16 @@ def add_runtime_commands(commands: Any) -> None:
             "torch threads for training, shared by the agents of this process, which train "
             "one at a time (default: OMP_NUM_THREADS, else the cores this process may use; "
             "give each agent process its share when a host runs several)"
+        ),
+    )
+    agent.add_argument(
+        "--malloc-trim-s",
+        type=NON_NEGATIVE_NUMBER,
+        default=AGENT_TRIM_INTERVAL_S,
+        metavar="SECONDS",
+        help=(
+            "hand the memory glibc keeps free back to the system (malloc_trim) every "
+            f"SECONDS; 0 never (default: {AGENT_TRIM_INTERVAL_S:g})"
         ),
     )
     agent.add_argument(
