@@ -24,8 +24,8 @@ arenas"). Setting the threshold with ``mallopt`` fixes it and turns the dynamic 
 What glibc keeps free inside its heaps stays resident: it returns memory to the system
 only from the top of a heap, while the campaigns' freed blocks lie throughout. In the hour
 of 96 agents with both settings above, the processes' memory in use grew 0.5–1.9 MB in
-the second half hour, but what glibc kept free rose from 24 to 31–36 MB, two thirds of
-the RSS growth (docs/runtime.md, "Malloc arenas"). ``malloc_trim(0)`` hands every free
+the second half hour, but what glibc kept free rose from 23–28 MB to 31–36 MB, more than
+half of the RSS growth (docs/runtime.md, "Malloc arenas"). ``malloc_trim(0)`` hands every free
 page of every arena back (``madvise``), leaving the blocks where they are; ``faultfleet
 agent`` calls it every :data:`AGENT_TRIM_INTERVAL_S` seconds (:class:`Trimmer`;
 ``--malloc-trim-s``, 0 turns it off).

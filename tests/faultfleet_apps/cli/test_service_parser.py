@@ -49,3 +49,14 @@ def test_the_agents_command_line_loads_no_torch_coordinator_or_simulator() -> No
     )
 
     assert json.loads(result.stdout) == []
+
+
+def test_the_agents_trim_interval_defaults_to_a_minute_and_refuses_a_negative() -> None:
+    parser = build_parser("agent")
+
+    default = parser.parse_args(["agent", "--config", "a.toml"])
+    off = parser.parse_args(["agent", "--config", "a.toml", "--malloc-trim-s", "0"])
+
+    assert (default.malloc_trim_s, off.malloc_trim_s) == (60.0, 0.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["agent", "--config", "a.toml", "--malloc-trim-s", "-1"])
