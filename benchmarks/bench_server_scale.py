@@ -24,23 +24,23 @@ unbounded so that a fleet this size clusters in a few rounds) and average. The u
 real (``server_scale_updates.py``: the 48 updates of a mixed-fault FedAvg round, 8 per fault
 group, perturbed per agent); their generation is not timed.
 
-Time is the process's CPU time (``time.process_time``), the generation of the updates
-taken out: on a shared machine the wall time of a step also counts the time the process
-waited for a core (printed too, as ``wall``, the generation included). Each N runs in a
-fresh process (one BLAS thread: one core), so its peak RSS
-(``ru_maxrss``) is its own: the interpreter, numpy, the 48 recorded updates and the
-perturbation pool included (about 150 MB before the first round). The *exact* path, run
-in another process for the ARI, is the same server step with every pair of every round
-and the exact cosines of the full updates (the sketch switched off by an ε whose
-dimension exceeds the model); on fleets it can handle, the merging there takes the
+Time is the process's CPU time (``time.process_time``), the generation of the updates taken
+out: on a shared machine the wall time of a step also counts the time the process waited for
+a core (printed too, as ``wall``, the generation included). Each N runs in a fresh process
+(one BLAS thread: one core), so its peak RSS (``VmHWM``,
+:func:`process_memory.own_peak_rss_bytes`) is its own: the interpreter, numpy, the 48
+recorded updates and the perturbation pool included (about 150 MB before the first round).
+The *exact* path, run in another process for the ARI, is the same server step with every
+pair of every round and the exact cosines of the full updates (the sketch switched off by an
+ε whose dimension exceeds the model); on fleets it can handle, the merging there takes the
 decisions of FLACC's dense implementation (``tests/coordinator/strategies/
-test_sparse_agglomeration.py``), whose α and τ alone would take 1.6 GB at 10,000 agents
-and whose merges cost O(m²) each. It computes a k × k Gram matrix of the full updates per
-round (≈ 11 s per round at 2,500 updates on this machine with 2 threads) and holds every
-pair of the last T rounds grouped by entity (3 million at 10,000 agents); it is not timed
-against anything. ``--exact-up-to`` skips it above a fleet size; ``--exact-pairs sampled``
-makes it compare only the sketch path's sampled pairs, with exact cosines, which isolates
-the sketch's error from the pair sampling's and fits larger fleets.
+test_sparse_agglomeration.py``), whose α and τ alone would take 1.6 GB at 10,000 agents and
+whose merges cost O(m²) each. It computes a k × k Gram matrix of the full updates per round
+(≈ 11 s per round at 2,500 updates on this machine with 2 threads) and holds every pair of
+the last T rounds grouped by entity (3 million at 10,000 agents); it is not timed against
+anything. ``--exact-up-to`` skips it above a fleet size; ``--exact-pairs sampled`` makes it
+compare only the sketch path's sampled pairs, with exact cosines, which isolates the
+sketch's error from the pair sampling's and fits larger fleets.
 
 Prints, per N: updates per round, mean and worst seconds per step over the rounds, peak
 RSS, the ARI of the sketch path's clusters against the exact path's and against the true
@@ -55,7 +55,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import shlex
 import subprocess
 import sys
@@ -64,6 +63,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from process_memory import own_peak_rss_bytes
 from server_scale_updates import SyntheticFleet, recorded_updates
 
 from coordinator.strategies.base import Strategy
@@ -73,6 +73,7 @@ from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
 
+MB = 1024 * 1024
 CACHE = Path(tempfile.gettempdir()) / "faultfleet-bench" / "server-scale-updates.npz"
 EXACT_EPSILON = 0.001
 """An ε whose JL dimension exceeds any model here: the sketch is the update itself."""
@@ -123,7 +124,7 @@ def batch_worker(args: argparse.Namespace) -> None:
         "updates": updates,
         "steps": steps,
         "walls": walls,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": own_peak_rss_bytes() / MB,
         "labels": [labels[c] for c in ids],
         "pairs": updates * (updates - 1) // 2,
         "sketch_dim": 0 if sketcher is None else sketcher.dim,
@@ -181,7 +182,7 @@ def worker(args: argparse.Namespace) -> None:
         "updates": updates,
         "steps": steps,
         "walls": walls,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": own_peak_rss_bytes() / MB,
         "labels": [labels[c] for c in ids],
         "pairs": len(strategy.sketched_.memory) if strategy.sketched_ else 0,
         "sketch_dim": strategy.sketched_.sketcher.dim if strategy.sketched_ else 0,

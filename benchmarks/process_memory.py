@@ -1,6 +1,7 @@
 """Resident memory of a process and of every process it started, read from ``/proc`` (Linux).
 
-Shared by the benchmarks that report memory (``bench_agent_rss.py``, ``bench_peers.py``).
+Shared by the benchmarks that report memory (``bench_agent_rss.py``, ``bench_peers.py``,
+``bench_server_scale.py``). :func:`own_peak_rss_bytes` is this process's own peak;
 :func:`tree_rss_bytes` adds up the resident set sizes of a process and all its descendants
 (shared pages are counted once per process that maps them, as ``ps`` does);
 :class:`PeakSampler` samples it on a thread and keeps the largest value seen.
@@ -9,6 +10,7 @@ Shared by the benchmarks that report memory (``bench_agent_rss.py``, ``bench_pee
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +26,24 @@ def rss_bytes(pid: int) -> int:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return 0
     return int(fields[1]) * PAGE_BYTES
+
+
+def own_peak_rss_bytes() -> int:
+    """This process's peak resident set size in bytes (``VmHWM`` of ``/proc/self/status``).
+
+    Not ``getrusage(RUSAGE_SELF).ru_maxrss``: Linux carries that across ``execve``, so a
+    process started by ``subprocess`` from a large parent reports the parent's resident
+    size at the fork when its own peak is smaller. ``VmHWM`` belongs to the address space,
+    which ``execve`` replaces. Falls back to ``ru_maxrss`` where ``/proc`` has no status.
+    """
+    try:
+        status = (PROC / "self" / "status").read_text()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def children_by_parent() -> dict[int, list[int]]:
