@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
        [--strategy flacc|flhc|cfl] [--rounds 8] [--json FILE] [--exact-up-to 20000]
-       [--partners 32] [--epsilon 0.25]
+       [--partners 32] [--epsilon 0.25] [--quality]
 
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
 (``pairwise = "sketch"`` against ``"exact"``): both take every agent's update in a round —
@@ -45,8 +45,12 @@ sketch's error from the pair sampling's and fits larger fleets.
 Prints, per N: updates per round, mean and worst seconds per step over the rounds, peak
 RSS, the ARI of the sketch path's clusters against the exact path's and against the true
 groups, and the growth of the mean step time from the smallest N against n·log n.
-``--json`` writes one object per N with ``agents``, ``seconds_per_step``, ``peak_rss_mb``
-and ``ari_vs_exact`` (and the other columns). Numbers only, no pass/fail.
+``--quality`` (FLACC) also times, once after the last round, what the coordinator's quality
+watch runs after every round (``assess(strategy.cluster_evidence())``: the m × m similarity
+of remembered pairs, cluster cohesion, margins, weakest links and the round's merges), and
+the peak RSS it reaches. ``--json`` writes one object per N with ``agents``,
+``seconds_per_step``, ``peak_rss_mb`` and ``ari_vs_exact`` (and the other columns). Numbers
+only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from server_scale_updates import SyntheticFleet, recorded_updates
 
 from coordinator.strategies.base import Strategy
 from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
 from faultfleet.scoring import adjusted_rand_index
@@ -187,6 +192,12 @@ def worker(args: argparse.Namespace) -> None:
         "pairs": len(strategy.sketched_.memory) if strategy.sketched_ else 0,
         "sketch_dim": strategy.sketched_.sketcher.dim if strategy.sketched_ else 0,
     }
+    if args.quality:
+        # what the coordinator's quality watch does after every round, timed once
+        started = time.process_time()
+        assess(strategy.cluster_evidence(), args.rounds)
+        line["quality_seconds"] = time.process_time() - started
+        line["quality_peak_rss_mb"] = own_peak_rss_bytes() / MB
     print(json.dumps(line))
 
 
@@ -200,6 +211,8 @@ def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, ob
     command += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
     command += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
     command += ["--strategy", args.strategy]
+    if args.quality and path == "sketch":
+        command.append("--quality")
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{path} worker at {agents} agents failed:\n{done.stderr}")
@@ -229,6 +242,11 @@ def main() -> None:
     parser.add_argument("--partners", type=int, default=32)
     parser.add_argument("--epsilon", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quality",
+        action="store_true",
+        help="also time the cluster-quality assessment (FLACC) after the last round",
+    )
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--worker", choices=["sketch", "exact"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-agents", type=int, help=argparse.SUPPRESS)
@@ -272,6 +290,8 @@ def main() -> None:
             "sketch_dim": sketch["sketch_dim"],
             "growth": growth,
             "nlogn_growth": nlogn,
+            "quality_seconds": sketch.get("quality_seconds"),
+            "quality_peak_rss_mb": sketch.get("quality_peak_rss_mb"),
         }
         rows.append(row)
         print(
@@ -281,6 +301,12 @@ def main() -> None:
             f"{ari_exact:>10.3f}{row['ari_vs_truth']:>9.3f}{growth:>8.1f}{nlogn:>7.1f}",
             flush=True,
         )
+        if args.quality:
+            print(
+                f"{'':>7} quality assessment after round {args.rounds}: "
+                f"{row['quality_seconds']:.2f} s, peak RSS {row['quality_peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -51,8 +51,9 @@ from coordinator.strategies.quality_maths import (
     average_linkage_split,
     block_sums,
     mean_known,
-    merge_score,
+    merge_score_against_rest,
     ratio,
+    row_totals,
     share,
 )
 from faultfleet.types import Float64Array, IntArray
@@ -217,6 +218,7 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
     )
     scores = [c.score for c in clusters if c.score is not None]
     index = {c: i for i, c in enumerate(evidence.client_ids)}
+    totals = row_totals(similarity) if recent else None
     return RunQuality(
         "learned" if evidence.learned else "given",
         evidence.measure,
@@ -224,22 +226,22 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
         evidence.settled,
         (min(scores) if scores else None) if evidence.learned else 1.0,
         clusters,
-        tuple(MergeQuality(m, _score_merge(m, similarity, members, index)) for m in recent),
+        tuple(MergeQuality(m, _score_merge(m, similarity, index, totals)) for m in recent),
     )
 
 
 def _score_merge(
-    merge: Merge, similarity: Float64Array, members: Sequence[IntArray], index: dict[str, int]
+    merge: Merge,
+    similarity: Float64Array,
+    index: dict[str, int],
+    totals: tuple[Float64Array, Float64Array] | None,
 ) -> float | None:
     """:func:`merge_score` of ``merge`` against today's clusters less its two groups."""
-    first = [index[c] for c in merge.first if c in index]
-    second = [index[c] for c in merge.second if c in index]
-    if not first or not second:
+    first = np.asarray([index[c] for c in merge.first if c in index], dtype=np.intp)
+    second = np.asarray([index[c] for c in merge.second if c in index], dtype=np.intp)
+    if not len(first) or not len(second) or totals is None:
         return None
-    merged = set(first) | set(second)
-    others = [[int(i) for i in rows if int(i) not in merged] for rows in members]
-    groups = [first, second, *(g for g in others if g)]
-    return merge_score(similarity, groups, 0, 1)
+    return merge_score_against_rest(similarity, first, second, totals)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -47,6 +47,55 @@ def merge_score(
     return share(between - reference, cohesion - reference)
 
 
+def merge_score_against_rest(
+    similarity: Float64Array,
+    first: IntArray,
+    second: IntArray,
+    totals: tuple[Float64Array, Float64Array],
+) -> float | None:
+    """:func:`merge_score` of ``first`` and ``second`` with every other client as the rest.
+
+    ``totals`` is :func:`row_totals` of ``similarity``: the known pairs between the merged
+    clients and the rest are each merged client's row total less the pairs among the merged
+    clients, so the cost is O(j²) for j merged clients instead of O(j·m) for m clients — a
+    round of FLACC at 10,000 clients scores hundreds of merges. Equal to :func:`merge_score`
+    with the remaining clients in any grouping, up to float rounding.
+    """
+    if len(first) < 2 and len(second) < 2:
+        return None
+    joined = np.concatenate([first, second])
+    block = similarity[np.ix_(joined, joined)]
+    known = ~np.isnan(block)
+    np.fill_diagonal(known, False)
+    values = np.where(known, block, 0.0)
+    row_sum, row_count = totals
+    reference = ratio(
+        float(row_sum[joined].sum() - values.sum()), float(row_count[joined].sum() - known.sum())
+    )
+    split = len(first)
+    between = ratio(float(values[:split, split:].sum()), float(known[:split, split:].sum()))
+    upper = np.triu(known, k=1)
+    cohesion = ratio(float(values[upper].sum()), float(upper.sum()))
+    if between is None or reference is None or cohesion is None:
+        return None
+    return share(between - reference, cohesion - reference)
+
+
+def row_totals(similarity: Float64Array) -> tuple[Float64Array, Float64Array]:
+    """Per client, the sum and the number of its known similarities to the other clients
+    (the matrix read ``BLOCK_ROWS`` rows at a time)."""
+    m = similarity.shape[0]
+    sums, counts = np.zeros(m), np.zeros(m)
+    for begin in range(0, m, BLOCK_ROWS):
+        block = similarity[begin : begin + BLOCK_ROWS]
+        known = ~np.isnan(block)
+        local = np.arange(len(block))
+        known[local, begin + local] = False
+        sums[begin : begin + len(block)] = np.where(known, block, 0.0).sum(axis=1)
+        counts[begin : begin + len(block)] = known.sum(axis=1)
+    return sums, counts
+
+
 def average_linkage_split(
     similarity: Float64Array, members: IntArray
 ) -> tuple[IntArray, IntArray] | None:
@@ -55,6 +104,13 @@ def average_linkage_split(
     Parts are merged greedily by the highest mean known similarity between them (UPGMA,
     unknown pairs left out), ties to the earliest pair in member order. Returns None for
     fewer than two members or when the known pairs do not connect the members.
+
+    Each part keeps its best partner among the later parts; a merge refreshes only the
+    merged part's row, the column it changed, and the parts whose best partner it took
+    part in. That is O(n) per merge in most cases and O(n²) in all, where rescanning the
+    whole n × n table after every merge cost O(n³): over two minutes for the clusters of
+    1,000-plus members that fleets of 10,000 clients form. The merges are the same, to the
+    bit: every mean is the same quotient of the same sums.
     """
     n = len(members)
     if n < 2:
@@ -66,20 +122,46 @@ def average_linkage_split(
     counts = known.astype(np.float64)
     parts: list[list[int]] = [[i] for i in range(n)]
     alive = np.ones(n, dtype=bool)
-    for _ in range(n - 2):
+    # each part's best later part (lowest index among equals; -1: none) and their mean
+    partner = np.full(n, -1, dtype=np.intp)
+    best = np.full(n, -np.inf)
+
+    def refresh(i: int) -> None:
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(counts > 0, sums / counts, -np.inf)
-        open_pairs = np.triu(alive[:, None] & alive[None, :] & (counts > 0), k=1)
-        if not open_pairs.any():
+            mean = np.where(counts[i, i + 1 :] > 0, sums[i, i + 1 :] / counts[i, i + 1 :], -np.inf)
+        mean[~alive[i + 1 :]] = -np.inf
+        j = int(np.argmax(mean)) if mean.size else 0
+        if mean.size and mean[j] > -np.inf:
+            partner[i], best[i] = i + 1 + j, mean[j]
+        else:
+            partner[i], best[i] = -1, -np.inf
+
+    for i in range(n):
+        refresh(i)
+    for _ in range(n - 2):
+        keep = int(np.argmax(np.where(alive, best, -np.inf)))
+        if not alive[keep] or best[keep] == -np.inf:
             return None
-        flat = int(np.argmax(np.where(open_pairs, mean, -np.inf)))
-        keep, drop = divmod(flat, n)
+        drop = int(partner[keep])
         parts[keep].extend(parts[drop])
         for matrix in (sums, counts):
             matrix[keep, :] += matrix[drop, :]
             matrix[:, keep] += matrix[:, drop]
             matrix[keep, keep] = 0.0
         alive[drop] = False
+        best[drop], partner[drop] = -np.inf, -1
+        stale = np.flatnonzero(alive & ((partner == keep) | (partner == drop)))
+        earlier = np.flatnonzero(alive[:keep])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            column = np.where(
+                counts[earlier, keep] > 0, sums[earlier, keep] / counts[earlier, keep], -np.inf
+            )
+        better = (column > best[earlier]) | (
+            (column == best[earlier]) & (column > -np.inf) & (keep < partner[earlier])
+        )
+        partner[earlier[better]], best[earlier[better]] = keep, column[better]
+        for i in {keep, *stale.tolist()}:
+            refresh(i)
     first, second = np.flatnonzero(alive)
     if counts[first, second] == 0:
         return None
@@ -90,15 +172,49 @@ def average_linkage_split(
     )
 
 
+BLOCK_ROWS = 256
+"""Rows of the similarity matrix :func:`block_sums` reads at a time (bounds its scratch
+memory to a few times ``BLOCK_ROWS`` × m values)."""
+
+
 def block_sums(
     similarity: Float64Array, labels: IntArray, names: Sequence[int]
 ) -> tuple[Float64Array, Float64Array]:
-    """Sums and counts of known similarities between every pair of clusters (k, k)."""
-    known = ~np.isnan(similarity)
-    np.fill_diagonal(known, False)
-    values = np.where(known, similarity, 0.0)
-    onehot = (labels[:, None] == np.asarray(names)[None, :]).astype(np.float64)
-    return onehot.T @ values @ onehot, onehot.T @ known.astype(np.float64) @ onehot
+    """Sums and counts of known similarities between every pair of clusters (k, k).
+
+    Clients are ordered by cluster and the matrix is read ``BLOCK_ROWS`` rows at a time,
+    each row's known values summed per cluster of columns (``np.add.reduceat``): O(m²)
+    whatever the number of clusters k, where products with an m × k indicator matrix cost
+    O(m²·k) — minutes at 10,000 clients in 1,000 clusters, the state of a large fleet
+    early in FLACC's clustering phase.
+    """
+    names_array = np.asarray(names)
+    k = len(names_array)
+    position = np.searchsorted(names_array, labels)
+    order = np.argsort(position, kind="stable")
+    sorted_position = position[order]
+    starts = np.searchsorted(sorted_position, np.arange(k))
+    sums = np.zeros((k, k))
+    counts = np.zeros((k, k))
+    m = len(labels)
+    for begin in range(0, m, BLOCK_ROWS):
+        rows = order[begin : begin + BLOCK_ROWS]
+        block = similarity[rows][:, order]
+        known = ~np.isnan(block)
+        local = np.arange(len(rows))
+        known[local, begin + local] = False  # the diagonal, in the sorted order
+        values = np.where(known, block, 0.0)
+        np.add.at(
+            sums,
+            sorted_position[begin : begin + len(rows)],
+            np.add.reduceat(values, starts, axis=1),
+        )
+        np.add.at(
+            counts,
+            sorted_position[begin : begin + len(rows)],
+            np.add.reduceat(known.astype(np.float64), starts, axis=1),
+        )
+    return sums, counts
 
 
 def mean_known(similarity: Float64Array, a: IntArray, b: IntArray) -> float | None:
