@@ -51,7 +51,7 @@ from coordinator.strategies.quality_maths import (
     average_linkage_split,
     block_sums,
     mean_known,
-    merge_score_against_rest,
+    merge_score,
     ratio,
     row_totals,
     share,
@@ -241,7 +241,7 @@ def _score_merge(
     second = np.asarray([index[c] for c in merge.second if c in index], dtype=np.intp)
     if not len(first) or not len(second) or totals is None:
         return None
-    return merge_score_against_rest(similarity, first, second, totals)
+    return merge_score(similarity, first, second, totals)
 
 
 # -- helpers ---------------------------------------------------------------------------------

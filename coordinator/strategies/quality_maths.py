@@ -11,55 +11,30 @@ from faultfleet.types import Float64Array, IntArray
 
 
 def merge_score(
-    similarity: Float64Array, groups: Sequence[Sequence[int]], first: int, second: int
-) -> float | None:
-    """Score in [0, 1] of merging ``groups[first]`` and ``groups[second]``
-    (:mod:`coordinator.strategies.quality` defines it).
-
-    Parameters
-    ----------
-    similarity : array of shape (m, m), NaN where unknown
-    groups : sequence of sequences of client indices
-        Every group before the merge (disjoint).
-    first, second : int
-        Positions of the two merged groups.
-
-    Returns
-    -------
-    float or None
-        None when the merge cannot be judged: two single clients, or no known pair between
-        the two groups or between them and the other groups.
-    """
-    a = np.asarray(groups[first], dtype=np.intp)
-    b = np.asarray(groups[second], dtype=np.intp)
-    if len(a) < 2 and len(b) < 2:
-        return None
-    joined = np.concatenate([a, b])
-    others = [
-        np.asarray(g, dtype=np.intp) for i, g in enumerate(groups) if i not in (first, second)
-    ]
-    rest = np.concatenate(others) if others else np.zeros(0, dtype=np.intp)
-    between = mean_known(similarity, a, b)
-    reference = mean_known(similarity, joined, rest)
-    cohesion = within_mean(similarity, joined)
-    if between is None or reference is None or cohesion is None:
-        return None
-    return share(between - reference, cohesion - reference)
-
-
-def merge_score_against_rest(
     similarity: Float64Array,
     first: IntArray,
     second: IntArray,
     totals: tuple[Float64Array, Float64Array],
 ) -> float | None:
-    """:func:`merge_score` of ``first`` and ``second`` with every other client as the rest.
+    """Score in [0, 1] of merging the clients ``first`` and ``second``, every other client
+    being the rest (:mod:`coordinator.strategies.quality` defines it).
 
-    ``totals`` is :func:`row_totals` of ``similarity``: the known pairs between the merged
-    clients and the rest are each merged client's row total less the pairs among the merged
-    clients, so the cost is O(j²) for j merged clients instead of O(j·m) for m clients — a
-    round of FLACC at 10,000 clients scores hundreds of merges. Equal to :func:`merge_score`
-    with the remaining clients in any grouping, up to float rounding.
+    Parameters
+    ----------
+    similarity : array of shape (m, m), NaN where unknown
+    first, second : arrays of client indices
+        The two merged groups (disjoint).
+    totals : pair of arrays of shape (m,)
+        :func:`row_totals` of ``similarity``. The known pairs between the merged clients and
+        the rest are each merged client's row total less the pairs among the merged clients,
+        so the cost is O(j²) for j merged clients, not O(j·m): a round of FLACC at 10,000
+        clients scores hundreds of merges.
+
+    Returns
+    -------
+    float or None
+        None when the merge cannot be judged: two single clients, or no known pair between
+        the two groups or between them and the rest.
     """
     if len(first) < 2 and len(second) < 2:
         return None
@@ -221,22 +196,6 @@ def mean_known(similarity: Float64Array, a: IntArray, b: IntArray) -> float | No
     block = similarity[np.ix_(a, b)]
     known = block[~np.isnan(block)]
     return float(known.mean()) if known.size else None
-
-
-def within_mean(similarity: Float64Array, rows: IntArray) -> float | None:
-    return pooled_within(similarity, [rows])
-
-
-def pooled_within(similarity: Float64Array, groups: Sequence[IntArray]) -> float | None:
-    """Mean of the known pairs inside each group, pooled over the groups."""
-    total, count = 0.0, 0
-    for rows in groups:
-        block = similarity[np.ix_(rows, rows)]
-        upper = block[np.triu_indices(len(rows), k=1)]
-        known = upper[~np.isnan(upper)]
-        total += float(known.sum())
-        count += known.size
-    return total / count if count else None
 
 
 def ratio(total: float, count: float) -> float | None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from coordinator.strategies.base import Merge
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.quality import BORDERLINE, RunQuality, assess
-from coordinator.strategies.quality_maths import average_linkage_split, merge_score
+from coordinator.strategies.quality_maths import average_linkage_split, merge_score, row_totals
 
 
 def blocks(groups: list[int], within: float, cross: float) -> np.ndarray:
@@ -188,14 +188,17 @@ def test_merges_of_the_asked_round_are_scored() -> None:
 
 def test_merge_score_by_hand() -> None:
     s = blocks([0, 0, 0, 1, 1], 0.8, 0.2)
-    groups = [[0, 1], [2], [3, 4]]
+    totals = row_totals(s)
 
-    # right: {c0,c1} + {c2}: between 0.8, joined cohesion 0.8, rest 0.2 → 1
-    assert merge_score(s, groups, 0, 1) == pytest.approx(1.0)
-    # wrong: {c0,c1} + {c3,c4}: between 0.2, cohesion (2·0.8+4·0.2)/6 = 0.4, rest 0.2 → 0
-    assert merge_score(s, groups, 0, 2) == pytest.approx(0.0)
+    def score(first: list[int], second: list[int]) -> float | None:
+        return merge_score(s, np.asarray(first), np.asarray(second), totals)
+
+    # right: {c0,c1} + {c2}: between 0.8, joined cohesion 0.8, rest {c3,c4} 0.2 → 1
+    assert score([0, 1], [2]) == pytest.approx(1.0)
+    # wrong: {c0,c1} + {c3,c4}: between 0.2, cohesion (2·0.8+4·0.2)/6 = 0.4, rest {c2} 0.2 → 0
+    assert score([0, 1], [3, 4]) == pytest.approx(0.0)
     # two single clients cannot be judged
-    assert merge_score(s, [[0], [1], [3, 4]], 0, 1) is None
+    assert score([0], [1]) is None
 
 
 def test_average_linkage_split_by_hand_and_with_unknown_pairs() -> None:
