@@ -217,8 +217,11 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
         for position, rows in enumerate(members)
     )
     scores = [c.score for c in clusters if c.score is not None]
-    index = {c: i for i, c in enumerate(evidence.client_ids)}
-    totals = row_totals(similarity) if recent else None
+    merges: tuple[MergeQuality, ...] = ()
+    if recent:
+        index = {c: i for i, c in enumerate(evidence.client_ids)}
+        totals = row_totals(similarity)
+        merges = tuple(MergeQuality(m, _score_merge(m, similarity, index, totals)) for m in recent)
     return RunQuality(
         "learned" if evidence.learned else "given",
         evidence.measure,
@@ -226,7 +229,7 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
         evidence.settled,
         (min(scores) if scores else None) if evidence.learned else 1.0,
         clusters,
-        tuple(MergeQuality(m, _score_merge(m, similarity, index, totals)) for m in recent),
+        merges,
     )
 
 
@@ -234,12 +237,12 @@ def _score_merge(
     merge: Merge,
     similarity: Float64Array,
     index: dict[str, int],
-    totals: tuple[Float64Array, Float64Array] | None,
+    totals: tuple[Float64Array, Float64Array],
 ) -> float | None:
     """:func:`merge_score` of ``merge`` against today's clusters less its two groups."""
     first = np.asarray([index[c] for c in merge.first if c in index], dtype=np.intp)
     second = np.asarray([index[c] for c in merge.second if c in index], dtype=np.intp)
-    if not len(first) or not len(second) or totals is None:
+    if not len(first) or not len(second):
         return None
     return merge_score(similarity, first, second, totals)
 
