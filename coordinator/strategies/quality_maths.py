@@ -3,11 +3,30 @@ scores. Pure functions; the definitions are in :mod:`coordinator.strategies.qual
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from faultfleet.types import Float64Array, IntArray
+from faultfleet.types import BoolArray, Float64Array, IntArray
+
+BLOCK_ROWS = 256
+"""Rows of the similarity matrix :func:`row_totals` and :func:`block_sums` read at a time
+(bounds their scratch memory to a few times ``BLOCK_ROWS`` × m values)."""
+
+
+def _known_rows(
+    similarity: Float64Array, order: IntArray
+) -> Iterator[tuple[int, Float64Array, BoolArray]]:
+    """``similarity`` with rows and columns in ``order``, ``BLOCK_ROWS`` rows at a time: the
+    first row's position, the known values (0 elsewhere) and where they are known (the
+    diagonal never)."""
+    for begin in range(0, len(order), BLOCK_ROWS):
+        rows = order[begin : begin + BLOCK_ROWS]
+        block = similarity[rows][:, order]
+        known = ~np.isnan(block)
+        local = np.arange(len(rows))
+        known[local, begin + local] = False
+        yield begin, np.where(known, block, 0.0), known
 
 
 def merge_score(
@@ -57,17 +76,12 @@ def merge_score(
 
 
 def row_totals(similarity: Float64Array) -> tuple[Float64Array, Float64Array]:
-    """Per client, the sum and the number of its known similarities to the other clients
-    (the matrix read ``BLOCK_ROWS`` rows at a time)."""
+    """Per client, the sum and the number of its known similarities to the other clients."""
     m = similarity.shape[0]
     sums, counts = np.zeros(m), np.zeros(m)
-    for begin in range(0, m, BLOCK_ROWS):
-        block = similarity[begin : begin + BLOCK_ROWS]
-        known = ~np.isnan(block)
-        local = np.arange(len(block))
-        known[local, begin + local] = False
-        sums[begin : begin + len(block)] = np.where(known, block, 0.0).sum(axis=1)
-        counts[begin : begin + len(block)] = known.sum(axis=1)
+    for begin, values, known in _known_rows(similarity, np.arange(m)):
+        sums[begin : begin + len(values)] = values.sum(axis=1)
+        counts[begin : begin + len(values)] = known.sum(axis=1)
     return sums, counts
 
 
@@ -114,8 +128,8 @@ def average_linkage_split(
     for i in range(n):
         refresh(i)
     for _ in range(n - 2):
-        keep = int(np.argmax(np.where(alive, best, -np.inf)))
-        if not alive[keep] or best[keep] == -np.inf:
+        keep = int(np.argmax(best))  # a part that is gone has best = -inf
+        if best[keep] == -np.inf:
             return None
         drop = int(partner[keep])
         parts[keep].extend(parts[drop])
@@ -147,11 +161,6 @@ def average_linkage_split(
     )
 
 
-BLOCK_ROWS = 256
-"""Rows of the similarity matrix :func:`block_sums` reads at a time (bounds its scratch
-memory to a few times ``BLOCK_ROWS`` × m values)."""
-
-
 def block_sums(
     similarity: Float64Array, labels: IntArray, names: Sequence[int]
 ) -> tuple[Float64Array, Float64Array]:
@@ -171,24 +180,10 @@ def block_sums(
     starts = np.searchsorted(sorted_position, np.arange(k))
     sums = np.zeros((k, k))
     counts = np.zeros((k, k))
-    m = len(labels)
-    for begin in range(0, m, BLOCK_ROWS):
-        rows = order[begin : begin + BLOCK_ROWS]
-        block = similarity[rows][:, order]
-        known = ~np.isnan(block)
-        local = np.arange(len(rows))
-        known[local, begin + local] = False  # the diagonal, in the sorted order
-        values = np.where(known, block, 0.0)
-        np.add.at(
-            sums,
-            sorted_position[begin : begin + len(rows)],
-            np.add.reduceat(values, starts, axis=1),
-        )
-        np.add.at(
-            counts,
-            sorted_position[begin : begin + len(rows)],
-            np.add.reduceat(known.astype(np.float64), starts, axis=1),
-        )
+    for begin, values, known in _known_rows(similarity, order):
+        clusters = sorted_position[begin : begin + len(values)]
+        np.add.at(sums, clusters, np.add.reduceat(values, starts, axis=1))
+        np.add.at(counts, clusters, np.add.reduceat(known.astype(np.float64), starts, axis=1))
     return sums, counts
 
 
