@@ -10,13 +10,15 @@ cuda``: on the GPU with deterministic kernels, as agents and the simulator train
 on the CPU too, so that the printed GPU / CPU ratios come from one run):
 
 * sequential: :func:`edge_agent.training.local_update` once per client (``torch.optim``);
-* batched: :func:`faultfleet_apps.simulation.batched_training.batched_local_update`.
+* batched: :func:`faultfleet_apps.simulation.batched_training.batched_local_update`;
+* on the CPU with ``--threads`` above 1, both again in that many lanes of one torch thread
+  each (:mod:`faultfleet_apps.simulation.lanes`, what the simulator does on the CPU).
 
 Prints the median wall time of ``--repeats`` runs of each, the training throughput in
-samples per second (samples × epochs / seconds), the ratio batched / sequential, and the
-largest difference between the two paths' weights. Random labels give near-zero gradients
-whose rounding Adam's normalisation can amplify, so that difference is informative only;
-the equality tests use a learnable problem.
+samples per second (samples × epochs / seconds), the ratio batched / sequential, each
+path's speed-up in lanes, and the largest difference between the two paths' weights.
+Random labels give near-zero gradients whose rounding Adam's normalisation can amplify, so
+that difference is informative only; the equality tests use a learnable problem.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch import nn
 
 from edge_agent.batching import select_device
 from edge_agent.training import LocalUpdate, local_update
@@ -35,6 +38,8 @@ from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import TrainConfig
 from faultfleet_apps.simulation.batched_training import batched_local_update
+from faultfleet_apps.simulation.lanes import Lanes
+from faultfleet_apps.simulation.stacked_forward import stacked_step_function
 from signal_pipeline.federation import Dataset
 
 SAMPLE_SHAPE = (1, 1024)
@@ -107,17 +112,60 @@ def main() -> None:
         warm_up = TrainConfig("adam", 5e-4, epochs=1, batch_size=32)
         local_update(model, weights[0], datasets[0], warm_up, 0, device)
         batched_local_update(model, weights[:2], datasets[:2], warm_up, seeds[:2], device)
+        lanes = Lanes(model, args.threads, prepare=stacked_step_function)
+        loads = {i: len(d) for i, d in enumerate(datasets)}
+
+        def in_lanes(
+            path: Callable[[nn.Module, list[int]], list[LocalUpdate]],
+        ) -> list[LocalUpdate]:
+            answers = lanes.run(loads, lambda m, part: dict(zip(part, path(m, part), strict=True)))
+            return [answers[i] for i in range(len(datasets))]
+
+        def sequential_lanes() -> list[LocalUpdate]:
+            return in_lanes(
+                lambda m, part: [
+                    local_update(m, weights[i], datasets[i], config, seeds[i], device) for i in part
+                ]
+            )
+
+        def batched_lanes() -> list[LocalUpdate]:
+            return in_lanes(
+                lambda m, part: batched_local_update(
+                    m,
+                    [weights[i] for i in part],
+                    [datasets[i] for i in part],
+                    config,
+                    [seeds[i] for i in part],
+                    device,
+                    args.max_group,
+                )
+            )
+
         where = "cuda" if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
         print(f"\n{where}, median of {args.repeats} runs")
-        seq_seconds, seq_cpu, seq_updates = median_seconds(sequential, args.repeats)
-        bat_seconds, bat_cpu, bat_updates = median_seconds(batched, args.repeats)
+        rows = [("sequential", sequential), ("batched", batched)]
+        if device.type == "cpu" and args.threads > 1:
+            rows += [("seq lanes", sequential_lanes), ("bat lanes", batched_lanes)]
         print(f"{'path':<12}{'wall_s':>9}{'cpu_s':>9}{'samples/s':>12}")
-        print(f"{'sequential':<12}{seq_seconds:>9.2f}{seq_cpu:>9.2f}{samples / seq_seconds:>12.0f}")
-        print(f"{'batched':<12}{bat_seconds:>9.2f}{bat_cpu:>9.2f}{samples / bat_seconds:>12.0f}")
+        timed = {}
+        for name, run in rows:
+            wall, cpu, updates = median_seconds(run, args.repeats)
+            timed[name] = (wall, cpu, updates)
+            print(f"{name:<12}{wall:>9.2f}{cpu:>9.2f}{samples / wall:>12.0f}")
+        (seq_seconds, seq_cpu, seq_updates), (bat_seconds, bat_cpu, bat_updates) = (
+            timed["sequential"],
+            timed["batched"],
+        )
         print(
             f"throughput ratio batched / sequential: {seq_seconds / bat_seconds:.2f}x wall, "
             f"{seq_cpu / bat_cpu:.2f}x cpu"
         )
+        if "seq lanes" in timed:
+            print(
+                f"speed-up in {lanes.count} lanes: sequential "
+                f"{seq_seconds / timed['seq lanes'][0]:.2f}x, batched "
+                f"{bat_seconds / timed['bat lanes'][0]:.2f}x"
+            )
         difference = max(
             float(np.abs(a.weights - b.weights).max())
             for a, b in zip(seq_updates, bat_updates, strict=True)

@@ -159,8 +159,9 @@ def add_sim_command(commands: Any) -> None:
     sim.add_argument(
         "--threads",
         type=POSITIVE,
-        help="CPU threads for torch (default: OMP_NUM_THREADS, else the cores this process "
-        "may use; docs/federated.md)",
+        help="CPU threads (default: OMP_NUM_THREADS, else the cores this process may use); "
+        "on the CPU the clients train in this many lanes of one torch thread each "
+        "(docs/federated.md, Threads)",
     )
     sim.add_argument(
         "--join",

@@ -8,7 +8,10 @@ with a task frame, less the frames. With ``batched=True`` (the default) a round'
 evaluate and losses tasks are computed together
 (:mod:`~faultfleet_apps.simulation.batched_answers`), equal to the executor to float
 rounding; gradient probes, and every task with ``batched=False``, go client by client
-through the executor. The executor's module docstring records the design.
+through the executor. The executor's module docstring records the design. With ``lanes``
+above 1 (the simulator's choice on the CPU) every task list is split among that many
+compute lanes, side by side on one torch thread each
+(:mod:`~faultfleet_apps.simulation.lanes`).
 
 Offline or unknown clients, and clients that are not members (:meth:`InProcessFleet.set_clients`),
 come back as failures, as over MQTT. An optional codec
@@ -46,6 +49,8 @@ from faultfleet_apps.simulation.batched_answers import (
     batched_fit,
     batched_losses,
 )
+from faultfleet_apps.simulation.lanes import Lanes
+from faultfleet_apps.simulation.stacked_forward import stacked_step_function
 from faultfleet_apps.simulation.wire_codec import (
     WeightCodec,
     carry_fit_result,
@@ -84,6 +89,10 @@ class InProcessFleet:
         Carry every task's weights, and the weights and gradients of the answers, through
         this codec as the wire would (:mod:`~faultfleet_apps.simulation.wire_codec`); byte
         counts are then its encoded sizes. Default: weights pass untouched.
+    lanes : int
+        Share every task list's clients among this many compute lanes, side by side on
+        one torch thread each (:mod:`~faultfleet_apps.simulation.lanes`); default 1, the
+        calling thread with its torch threads. Answers agree to float rounding.
     """
 
     def __init__(
@@ -96,9 +105,12 @@ class InProcessFleet:
         max_group: int | None = None,
         offline: Collection[str] = (),
         codec: WeightCodec | None = None,
+        lanes: int = 1,
     ) -> None:
         if max_group is not None and max_group < 1:
             raise ValueError(f"max_group must be >= 1 or None, got {max_group}")
+        # the batched path traces each lane's model: once, here, not beside a computing lane
+        self._lanes = Lanes(model, lanes, prepare=stacked_step_function if batched else None)
         self.federation = federation
         self.model = model
         self.device = select_device("auto") if device is None else device
@@ -178,18 +190,19 @@ class InProcessFleet:
             sent, bytes_down = [t for t, _ in carried], sum(n for _, n in carried)
         executors, failures = self._reach(sent)
         answers: dict[int, FitResult | Failure] = dict(failures)
-        if self.batched:
-            answers.update(
-                batched_fit(
-                    self.model,
-                    {p: sent[p] for p in executors},
-                    executors,
+
+        def fit_lane(model: nn.Module, positions: list[int]) -> dict[int, FitResult | Failure]:
+            if self.batched:
+                return batched_fit(
+                    model,
+                    {p: sent[p] for p in positions},
+                    {p: executors[p] for p in positions},
                     device=self.device,
                     max_group=self.max_group,
                 )
-            )
-        else:
-            answers.update({p: executor.fit(sent[p]) for p, executor in executors.items()})
+            return {p: Lanes.executor(executors[p], model).fit(sent[p]) for p in positions}
+
+        answers.update(self._lanes.run(_loads(executors), fit_lane))
         bytes_up = 0
         for position, answer in answers.items():
             if not isinstance(answer, FitResult):
@@ -207,13 +220,20 @@ class InProcessFleet:
         sent, _ = self._carry(tasks)
         executors, failures = self._reach(sent)
         answers: dict[int, EvaluateResult | Failure] = dict(failures)
-        if self.batched:
-            tasks_by_position = {p: sent[p] for p in executors}
-            answers.update(
-                batched_evaluations(self.model, tasks_by_position, executors, device=self.device)
-            )
-        else:
-            answers.update({p: executor.evaluate(sent[p]) for p, executor in executors.items()})
+
+        def evaluate_lane(
+            model: nn.Module, positions: list[int]
+        ) -> dict[int, EvaluateResult | Failure]:
+            if self.batched:
+                return batched_evaluations(
+                    model,
+                    {p: sent[p] for p in positions},
+                    {p: executors[p] for p in positions},
+                    device=self.device,
+                )
+            return {p: Lanes.executor(executors[p], model).evaluate(sent[p]) for p in positions}
+
+        answers.update(self._lanes.run(_loads(executors), evaluate_lane))
         return EvaluateOutcome(*_split(answers))
 
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
@@ -228,13 +248,20 @@ class InProcessFleet:
         sent, bytes_down = self._carry(tasks)
         executors, failures = self._reach(sent)
         answers: dict[int, LossesResult | Failure] = dict(failures)
-        if self.batched:
-            tasks_by_position = {p: sent[p] for p in executors}
-            answers.update(
-                batched_losses(self.model, tasks_by_position, executors, device=self.device)
-            )
-        else:
-            answers.update({p: executor.losses(sent[p]) for p, executor in executors.items()})
+
+        def losses_lane(
+            model: nn.Module, positions: list[int]
+        ) -> dict[int, LossesResult | Failure]:
+            if self.batched:
+                return batched_losses(
+                    model,
+                    {p: sent[p] for p in positions},
+                    {p: executors[p] for p in positions},
+                    device=self.device,
+                )
+            return {p: Lanes.executor(executors[p], model).losses(sent[p]) for p in positions}
+
+        answers.update(self._lanes.run(_loads(executors), losses_lane))
         results, refusals = _split(answers)
         return LossesOutcome(
             results=results,
@@ -254,7 +281,13 @@ class InProcessFleet:
         sent, bytes_down = self._carry(tasks)
         executors, failures = self._reach(sent)
         answers: dict[int, GradientResult | Failure] = dict(failures)
-        answers.update({p: executor.gradients(sent[p]) for p, executor in executors.items()})
+
+        def gradients_lane(
+            model: nn.Module, positions: list[int]
+        ) -> dict[int, GradientResult | Failure]:
+            return {p: Lanes.executor(executors[p], model).gradients(sent[p]) for p in positions}
+
+        answers.update(self._lanes.run(_loads(executors), gradients_lane))
         bytes_up = 0
         for position, answer in answers.items():
             if not isinstance(answer, GradientResult):
@@ -293,6 +326,12 @@ class InProcessFleet:
                 continue
             failures[position] = Failure(task.client_id, reason)
         return executors, failures
+
+
+def _loads(executors: Mapping[int, ClientExecutor]) -> dict[int, int]:
+    """Each position's share of a lane's work: its client's training windows (evaluation
+    splits are in proportion to them)."""
+    return {p: len(executor.data.train) for p, executor in executors.items()}
 
 
 def _split(

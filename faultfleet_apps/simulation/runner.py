@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from coordinator.engine.rounds import EvaluationReport, RoundEngine
 from coordinator.engine.state import has_state, load_state, save_state
 from coordinator.strategies.privacy import (
@@ -42,7 +44,11 @@ from faultfleet_apps.simulation.membership import (
     apply_changes,
     restore_members,
 )
-from faultfleet_apps.simulation.training_path import choose_training_path, parameter_count
+from faultfleet_apps.simulation.training_path import (
+    choose_training_path,
+    compute_lanes,
+    parameter_count,
+)
 from faultfleet_apps.simulation.wire_codec import WeightCodec
 from signal_pipeline.asymmetric import quality_skew, quantity_skew
 from signal_pipeline.federation import Federation
@@ -243,9 +249,10 @@ def make_engine(
     device = select_device(config.device)
     template = build_model(config.model, federation.sample_shape, federation.n_classes)
     path = choose_training_path(config.training_path, parameter_count(template), device)
-    logger.debug("%s on %s: %s path", config.model, device, path)
+    lanes = compute_lanes(device, torch.get_num_threads())
+    logger.debug("%s on %s: %s path, %d lane(s)", config.model, device, path, lanes)
     fleet = InProcessFleet(
-        federation, template, device=device, codec=codec, batched=path == "batched"
+        federation, template, device=device, codec=codec, batched=path == "batched", lanes=lanes
     )
     if schedule:
         fleet.set_clients(schedule.members(1))

@@ -25,6 +25,8 @@ parameter lives outside those layers); callers then fall back to vmap.
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -144,8 +146,26 @@ def _traceable(model: nn.Module) -> fx.GraphModule | None:
 def stacked_step_function(model: nn.Module) -> StepFunction | None:
     """Per-client gradients and masked losses of ``model`` for a stack of weight rows.
 
-    Returns None when the model cannot be run this way (see the module docstring).
+    Returns None when the model cannot be run this way (see the module docstring). The
+    answer is kept for the life of ``model`` (its architecture is never changed), so the
+    model is traced once. Tracing patches ``torch.nn.Module.__call__`` for the whole
+    process while it runs: call this first from one thread, before other threads compute
+    with any model (:class:`~faultfleet_apps.simulation.lanes.Lanes` does, through its
+    ``prepare``).
     """
+    with _TRACING:
+        if model not in _STEPS:
+            _STEPS[model] = _step_function(model)
+        return _STEPS[model]
+
+
+_STEPS: weakref.WeakKeyDictionary[nn.Module, StepFunction | None] = weakref.WeakKeyDictionary()
+"""Each model's step function (or None), made once."""
+_TRACING = threading.Lock()
+"""Held while a model is traced: two traces at once would see each other's modules."""
+
+
+def _step_function(model: nn.Module) -> StepFunction | None:
     traced = _traceable(model)
     if traced is None:
         return None

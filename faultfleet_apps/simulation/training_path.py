@@ -90,3 +90,18 @@ def choose_training_path(preference: str, parameters: int, device: torch.device)
     if device.type != "cpu":
         return "batched"
     return "batched" if parameters <= BATCHED_CPU_MAX_PARAMETERS else "sequential"
+
+
+def compute_lanes(device: torch.device, threads: int) -> int:
+    """Compute lanes for a run on ``device`` given ``threads`` torch threads
+    (:mod:`~faultfleet_apps.simulation.lanes`): on the CPU one lane per thread, each
+    computing on one thread; on a GPU one lane, the device doing the parallel work.
+
+    Raises
+    ------
+    ValueError
+        ``threads`` is below 1.
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    return threads if device.type == "cpu" else 1
