@@ -8,10 +8,6 @@ queued) may take it again before agents that have been waiting, round after roun
 gets its turn before anyone gets a second one. Together with the agent's limit on epochs
 (``[tasks] max_epochs``), which bounds one turn, no agent's tasks can starve another's.
 
-The first turn of the process may first run a setup (``on_first_turn``): ``faultfleet
-agent`` sets torch's thread pool there, since torch is loaded only for the first task
-(:mod:`edge_agent.task_compute`), not when the agents start.
-
 What is used only during a turn can be shared by everyone who takes turns here
 (:meth:`ComputeTurns.shared`): the agents of a process keep one built copy of each model
 architecture instead of one each (:class:`edge_agent.task_runner.TaskRunner`).
@@ -25,20 +21,12 @@ from types import TracebackType
 
 
 class ComputeTurns:
-    """A first-come, first-served lock (a ticket lock); a context manager.
+    """A first-come, first-served lock (a ticket lock); a context manager."""
 
-    Parameters
-    ----------
-    on_first_turn : callable, optional
-        Called once, by the first caller to get a turn, before its turn begins; if it
-        raises, that turn ends and the next caller runs it again.
-    """
-
-    def __init__(self, on_first_turn: Callable[[], object] | None = None) -> None:
+    def __init__(self) -> None:
         self._condition = threading.Condition()
         self._next_ticket = 0
         self._serving = 0
-        self._on_first_turn = on_first_turn
         self._shared: dict[Hashable, object] = {}
         self._shared_lock = threading.Lock()
 
@@ -49,13 +37,6 @@ class ComputeTurns:
             self._next_ticket += 1
             while ticket != self._serving:
                 self._condition.wait()
-        if self._on_first_turn is not None:  # only the holder of the turn gets here
-            try:
-                self._on_first_turn()
-            except BaseException:
-                self.release()
-                raise
-            self._on_first_turn = None
 
     def release(self) -> None:
         """End the current turn; the longest waiting caller goes next."""

@@ -43,6 +43,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from edge_agent.activity import Activity
@@ -91,6 +92,9 @@ class AgentService:
         Shared by the agents of one process; a fresh registry by default.
     compute_lock : context manager, optional
         Shared by agents of one host so they train one at a time.
+    training_threads : callable, optional
+        Torch threads for a task on a model of the given number of parameters
+        (:class:`~edge_agent.task_runner.TaskRunner`).
     clock : Clock
         Status timestamps, task deadlines and the clock skew; paces the supervisor.
     """
@@ -102,6 +106,7 @@ class AgentService:
         *,
         metrics: AgentMetrics | None = None,
         compute_lock: AbstractContextManager[object] | None = None,
+        training_threads: Callable[[int], int] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
@@ -135,6 +140,7 @@ class AgentService:
             self.device,
             max_payload_bytes=settings.broker.max_payload_bytes,
             compute_lock=compute_lock,
+            training_threads=training_threads,
             clock=clock,
             limits=TaskLimits(
                 max_epochs=limits.max_epochs,

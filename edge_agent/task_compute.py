@@ -62,8 +62,13 @@ class TaskCompute:
         """
         return self._architecture(spec)[1]
 
-    def execute(self, data: ClientData, spec: ModelSpec, task: AnyTask) -> AnyResult | Failure:
-        """The answer to ``task``, whose weights are of the architecture ``spec``."""
+    def execute(
+        self, data: ClientData, spec: ModelSpec, task: AnyTask, *, threads: int | None = None
+    ) -> AnyResult | Failure:
+        """The answer to ``task``, whose weights are of the architecture ``spec``, computed
+        with ``threads`` torch threads (torch's current setting if None)."""
+        if threads is not None:
+            torch.set_num_threads(threads)
         model, _ = self._architecture(spec)
         executor = ClientExecutor(
             data,

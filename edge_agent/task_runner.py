@@ -103,6 +103,10 @@ class TaskRunner:
         Called as each task starts: the data for that task (newly labelled data joins
         between tasks, never during one; :mod:`edge_agent.labelled_data`). Without it the
         runner keeps ``data``.
+    training_threads : callable, optional
+        Torch threads for a task on a model of the given number of parameters, set as its
+        turn begins (:class:`faultfleet_apps.thread_policy.TrainingThreads`). Without it
+        tasks compute with torch's current setting.
     """
 
     def __init__(
@@ -117,8 +121,10 @@ class TaskRunner:
         limits: TaskLimits | None = None,
         run_model: Callable[[], tuple[str, ModelSpec] | None] | None = None,
         data_for_task: Callable[[], ClientData | None] | None = None,
+        training_threads: Callable[[int], int] | None = None,
     ) -> None:
         self.agent_id = agent_id
+        self.training_threads = training_threads
         self.data = data
         self.device = device
         self.max_payload_bytes = max_payload_bytes
@@ -172,7 +178,10 @@ class TaskRunner:
             return self.failed(task, f"unreadable weights: {error}")
         with self.compute_lock:
             started = time.perf_counter()
-            result = compute.execute(self.data, task.model, in_process_task(task, tensors))
+            threads = None if self.training_threads is None else self.training_threads(n_params)
+            result = compute.execute(
+                self.data, task.model, in_process_task(task, tensors), threads=threads
+            )
             seconds = time.perf_counter() - started
         if isinstance(result, Failure):
             return self.failed(task, result.reason)

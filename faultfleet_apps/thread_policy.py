@@ -27,10 +27,22 @@ Threads beyond the first only pay if they do not spin while a busy machine has
 descheduled their partner: the command line sets ``OMP_WAIT_POLICY=PASSIVE`` before torch
 loads OpenMP (:mod:`faultfleet_apps.cli`, where the measurement is).
 
+Passive waiting makes every wake-up of a second thread a system call, which small models
+cannot repay: their operators on a batch of 32 windows are too short. So training takes
+one thread for a model of at most :data:`SINGLE_THREAD_MAX_PARAMETERS` parameters, unless a
+thread count was asked for (:class:`TrainingThreads`). Measured with
+``benchmarks/bench_round_training.py`` on the 2-core development machine under passive
+waiting (the sequential path, which is the agent's), one round of 12 clients, E = 5,
+medians of 3: ``compact`` (60,432 parameters) 4.69 s on one thread against 9.00 s on two;
+the ``paper`` model (4,409,036), one epoch of 400 windows through ``local_update``: 2.90 s
+on one thread against 1.99 s on two. The simulator takes the other way to use the cores:
+one lane per thread, each on one thread (:mod:`faultfleet_apps.simulation.lanes`).
+
 The decision is the pure :func:`torch_threads`; :func:`decide_threads` reads the cores and
 the environment and decides, :func:`set_torch_threads` sets torch's pool, and
-:func:`apply_thread_policy` does both. ``faultfleet agent`` decides at its start but sets
-the pool at its first task, where it first loads torch (:mod:`edge_agent.compute_turns`).
+:func:`apply_thread_policy` does both. ``faultfleet agent`` decides at its start
+(:func:`decide_training_threads`) and sets the pool as each task's turn begins, by the
+task's model (:class:`edge_agent.task_runner.TaskRunner`).
 """
 
 from __future__ import annotations
@@ -38,11 +50,46 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
 THREADS_VARIABLE = "OMP_NUM_THREADS"
 """The environment variable read as an explicit request when no ``--threads`` is given."""
+
+
+SINGLE_THREAD_MAX_PARAMETERS = 1_000_000
+"""Training models of at most this many parameters takes one torch thread unless a count
+was asked for: between the two models measured (module docstring)."""
+
+
+@dataclass(frozen=True)
+class TrainingThreads:
+    """Torch threads for a training task, by the size of its model.
+
+    Attributes
+    ----------
+    threads : int
+        The process's decision (:func:`decide_threads`), used for large models.
+    requested : bool
+        Whether ``threads`` was asked for (``--threads``, ``OMP_NUM_THREADS``); then it is
+        used for every model.
+    """
+
+    threads: int
+    requested: bool
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
+
+    def for_model(self, parameters: int) -> int:
+        """Threads for a model of ``parameters`` parameters: one for a model of at most
+        :data:`SINGLE_THREAD_MAX_PARAMETERS` unless threads were requested, else
+        :attr:`threads`."""
+        if self.requested or parameters > SINGLE_THREAD_MAX_PARAMETERS:
+            return self.threads
+        return 1
 
 
 def usable_cores() -> int:
@@ -159,6 +206,19 @@ def decide_threads(
         )
     logger.debug("torch threads: %d (%d core(s), %d worker(s))", threads, cores, workers)
     return threads
+
+
+def decide_training_threads(
+    option: int | None = None,
+    *,
+    workers: int = 1,
+    environ: Mapping[str, str] | None = None,
+) -> TrainingThreads:
+    """This process's :class:`TrainingThreads`: :func:`decide_threads`, and whether the
+    count was requested (``option`` or ``OMP_NUM_THREADS``)."""
+    env = os.environ if environ is None else environ
+    threads = decide_threads(option, workers=workers, environ=env)
+    return TrainingThreads(threads, requested_threads(option, env) is not None)
 
 
 def set_torch_threads(threads: int) -> None:

@@ -3,8 +3,9 @@
 The agents of a process share one metrics registry and take turns training
 (:class:`~edge_agent.compute_turns.ComputeTurns`). Torch is not loaded when they start:
 the process decides its torch threads at once (:func:`~faultfleet_apps.thread_policy.
-decide_threads`) and sets them at its first task, where the first agent to train loads
-torch (:mod:`edge_agent.task_compute`); an agent that only diagnoses never loads it.
+decide_training_threads`) and sets them as each task's turn begins, one thread for a small
+model unless ``--threads`` or ``OMP_NUM_THREADS`` asks for more; the first agent to train
+loads torch (:mod:`edge_agent.task_compute`), and an agent that only diagnoses never does.
 Before its agents start their threads the process limits glibc's malloc arenas and fixes
 its mmap threshold, and from then on it hands glibc's free pages back every minute
 (``--malloc-trim-s``; :mod:`faultfleet_apps.malloc_policy`), which keeps a long-running
@@ -32,7 +33,7 @@ from faultfleet.metrics_http import serve_metrics
 from faultfleet.wire.settings import load_settings
 from faultfleet_apps.cli.runtime import set_verbosity, stop_on_signals
 from faultfleet_apps.malloc_policy import Trimmer, fix_mmap_threshold, limit_malloc_arenas
-from faultfleet_apps.thread_policy import decide_threads, set_torch_threads
+from faultfleet_apps.thread_policy import decide_training_threads
 from signal_pipeline.scenarios import MIXED_FAULT_CLASS_NAMES
 
 logger = logging.getLogger(__name__)
@@ -120,8 +121,8 @@ def run_agent(args: argparse.Namespace) -> int:
     limit_malloc_arenas()  # before any agent starts a thread (faultfleet_apps.malloc_policy)
     fix_mmap_threshold()
     trimmer = Trimmer(args.malloc_trim_s)
-    training_threads = decide_threads(args.threads)
-    compute_lock = ComputeTurns(on_first_turn=lambda: set_torch_threads(training_threads))
+    training_threads = decide_training_threads(args.threads)
+    compute_lock = ComputeTurns()
     metrics = AgentMetrics()
     sources = [
         build_source(c.source, c.diagnosis.interval_s, (), metrics.incoming_refused)
@@ -133,7 +134,13 @@ def run_agent(args: argparse.Namespace) -> int:
     try:
         with stop_on_signals() as stop:
             services = [
-                AgentService(c, s, metrics=metrics, compute_lock=compute_lock)
+                AgentService(
+                    c,
+                    s,
+                    metrics=metrics,
+                    compute_lock=compute_lock,
+                    training_threads=training_threads.for_model,
+                )
                 for c, s in zip(configs, sources, strict=True)
             ]
 

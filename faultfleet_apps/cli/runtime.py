@@ -77,8 +77,9 @@ def add_runtime_commands(commands: Any) -> None:
         type=POSITIVE,
         help=(
             "torch threads for training, shared by the agents of this process, which train "
-            "one at a time (default: OMP_NUM_THREADS, else the cores this process may use; "
-            "give each agent process its share when a host runs several)"
+            "one at a time (default: OMP_NUM_THREADS, else the cores this process may use, "
+            "and one for a model of at most 1,000,000 parameters; give each agent process "
+            "its share when a host runs several)"
         ),
     )
     agent.add_argument(

@@ -55,26 +55,3 @@ def test_a_turn_ends_when_its_block_raises() -> None:
         holding = turns.waiting
 
     assert holding == 1
-
-
-def test_the_first_turn_runs_the_setup_once_and_again_after_it_failed() -> None:
-    # Prepare: a setup that fails the first time it is called
-    calls: list[int] = []
-
-    def setup() -> None:
-        calls.append(len(calls))
-        if len(calls) == 1:
-            raise RuntimeError("no torch yet")
-
-    turns = ComputeTurns(on_first_turn=setup)
-
-    # Execute: the first turn fails in the setup, the next two succeed
-    with pytest.raises(RuntimeError, match="no torch yet"), turns:
-        pass
-    for _ in range(2):
-        with turns:
-            pass
-
-    # Assert: run twice (the failure and the retry), never for later turns; no turn held
-    assert calls == [0, 1]
-    assert turns.waiting == 0

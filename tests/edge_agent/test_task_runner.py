@@ -15,6 +15,7 @@ import torch
 from safetensors.numpy import load as load_safetensors
 
 from edge_agent.evaluation import choose_model, evaluate
+from edge_agent.task_runner import TaskRunner
 from edge_agent.training import local_update
 from faultfleet.models.zoo import build_model
 from faultfleet.tasks import Split
@@ -26,6 +27,7 @@ from faultfleet.wire.messages import (
     FitUpdateMessage,
 )
 from signal_pipeline.federation import ClientData
+from tests.clocks import FakeClock
 from tests.edge_agent.task_frames import (
     CPU,
     HALF_ZLIB,
@@ -74,6 +76,33 @@ def test_a_fit_answer_equals_the_in_process_local_update(
     weights = decode_tensors(body, message.encoding, {"weights": len(start)}, max_bytes=LIMIT)
     np.testing.assert_array_equal(weights["weights"], expected.weights)
     assert not np.array_equal(weights["weights"], start)
+
+
+def test_a_task_computes_on_the_threads_chosen_for_its_model(data: ClientData) -> None:
+    # Prepare: a runner whose policy records the parameter count it is asked about
+    asked: list[int] = []
+
+    def two_threads(parameters: int) -> int:
+        asked.append(parameters)
+        return 2
+
+    runner = TaskRunner(
+        "m07", data, CPU, max_payload_bytes=LIMIT, clock=FakeClock(), training_threads=two_threads
+    )
+    start = initial_weights(0)
+    assert torch.get_num_threads() == 1  # the suite's setting (tests/conftest.py)
+
+    # Execute: the task computes in this thread
+    try:
+        message, _ = answer(runner, frame(fit_task(), {"cluster-0": start}))
+        threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(1)
+
+    # Assert: asked with the model's size, and torch set to its answer for the task
+    assert isinstance(message, FitUpdateMessage)
+    assert asked == [len(start)]
+    assert threads == 2
 
 
 def test_the_seed_decides_the_batch_order(data: ClientData) -> None:

@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from faultfleet_apps.thread_policy import (
+    SINGLE_THREAD_MAX_PARAMETERS,
+    TrainingThreads,
     apply_thread_policy,
+    decide_training_threads,
     requested_threads,
     torch_threads,
     usable_cores,
@@ -127,3 +130,27 @@ def test_an_oversubscribing_request_is_kept_and_warned_about(
     with caplog.at_level("WARNING", logger="faultfleet_apps.thread_policy"):
         assert apply_thread_policy(cores + 1, environ={}) == cores + 1
     assert "oversubscribe" in caplog.text
+
+
+def test_small_models_train_on_one_thread_unless_threads_were_requested() -> None:
+    decided = TrainingThreads(threads=4, requested=False)
+    asked = TrainingThreads(threads=4, requested=True)
+
+    assert decided.for_model(60_432) == 1  # compact
+    assert decided.for_model(SINGLE_THREAD_MAX_PARAMETERS) == 1
+    assert decided.for_model(SINGLE_THREAD_MAX_PARAMETERS + 1) == 4
+    assert decided.for_model(4_409_036) == 4  # paper
+    assert asked.for_model(60_432) == 4
+    assert TrainingThreads(threads=1, requested=False).for_model(10**7) == 1
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        TrainingThreads(threads=0, requested=False)
+
+
+def test_decide_training_threads_says_whether_threads_were_requested() -> None:
+    shared = decide_training_threads(None, workers=usable_cores(), environ={})
+    from_environment = decide_training_threads(None, environ={"OMP_NUM_THREADS": "3"})
+    from_option = decide_training_threads(2, environ={"OMP_NUM_THREADS": "3"})
+
+    assert shared == TrainingThreads(threads=1, requested=False)
+    assert from_environment == TrainingThreads(threads=3, requested=True)
+    assert from_option == TrainingThreads(threads=2, requested=True)
