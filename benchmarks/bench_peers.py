@@ -15,7 +15,8 @@ the same weights (:mod:`peers_workload`):
 * ``faultfleet``: ``run_simulation`` with FedAvg, as ``faultfleet sim`` runs it (thread
   policy, automatic training path);
 * ``flower``: a Flower simulation on Ray (:mod:`peers_flower`), one actor per core;
-* ``bare``: a plain PyTorch loop, one client after the other.
+* ``bare``: a plain PyTorch loop, one client after the other, with torch's own thread
+  count and OpenMP's default waiting (what a plain script gets).
 
 Each run is a fresh process; runs are interleaved (faultfleet, flower, bare, faultfleet,
 ...) so that a busy machine slows them alike. Per run: start-up (process start to the
@@ -134,14 +135,16 @@ def run_child(name: str, python: str, data: Path, threads: int | None, log: Path
     command += ["--started", repr(time.time())]
     if threads is not None:
         command += ["--threads", str(threads)]
-    # The checkout first (the Flower interpreter may see faultfleet installed elsewhere), and
-    # passive OpenMP waiting for every runner, as the faultfleet command line sets it
-    # (faultfleet_apps/cli/__init__.py): spinning threads stall on a busy machine.
+    # The checkout first (the Flower interpreter may see faultfleet installed elsewhere).
+    # faultfleet and Flower wait passively, as the faultfleet command line sets it
+    # (faultfleet_apps/cli/__init__.py); the bare loop keeps the environment's OpenMP
+    # defaults, as a plain script would.
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
     }
+    if name != "bare":
+        env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     began = time.perf_counter()
     with log.open("ab") as output:
         child = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
@@ -186,10 +189,15 @@ def child_main(args: argparse.Namespace) -> None:
         from peers_flower import run_flower  # noqa: PLC0415 — needs Flower installed
 
         record = run_flower(args.data, args.started)
-    else:
+    elif args.run == "faultfleet":
         apply_thread_policy(args.threads)
-        runner = run_faultfleet if args.run == "faultfleet" else run_bare
-        record = runner(args.data, args.started)
+        record = run_faultfleet(args.data, args.started)
+    else:  # a plain script: torch's own thread count unless --threads says otherwise
+        if args.threads is not None:
+            import torch  # noqa: PLC0415 — the parent process does not need it
+
+            torch.set_num_threads(args.threads)
+        record = run_bare(args.data, args.started)
     args.result.write_text(json.dumps(record), encoding="utf-8")
 
 
@@ -201,7 +209,9 @@ def main() -> None:
     parser.add_argument("--model", choices=MODEL_NAMES, default="compact")
     parser.add_argument("--runners", nargs="+", choices=RUNNERS, default=list(RUNNERS))
     parser.add_argument("--flower-python", default=sys.executable, help="interpreter with flwr")
-    parser.add_argument("--threads", type=int, help="torch threads of faultfleet and bare")
+    parser.add_argument(
+        "--threads", type=int, help="torch threads of faultfleet (its lanes on the CPU) and of bare"
+    )
     parser.add_argument("--clients-per-group", type=int, default=8)
     parser.add_argument("--windows-per-client", type=int, nargs=2, default=[200, 600])
     parser.add_argument("--epochs", type=int, default=5)
