@@ -21,7 +21,8 @@ wire-precision experiments.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
 from typing import TypeVar
 
 import torch
@@ -63,6 +64,12 @@ from signal_pipeline.federation import Federation
 AnyTask = FitTask | EvaluateTask | LossesTask | GradientTask
 ModelTask = TypeVar("ModelTask", EvaluateTask, LossesTask, GradientTask)
 ResultT = TypeVar("ResultT")
+TaskT = TypeVar("TaskT", FitTask, EvaluateTask, LossesTask, GradientTask)
+AnswerT = TypeVar("AnswerT")
+BatchedAnswers = Callable[
+    [nn.Module, Mapping[int, TaskT], Mapping[int, ClientExecutor]], Mapping[int, AnswerT]
+]
+"""(model, tasks by position, their executors) -> answers by position: one kind, batched."""
 
 
 class InProcessFleet:
@@ -191,18 +198,8 @@ class InProcessFleet:
         executors, failures = self._reach(sent)
         answers: dict[int, FitResult | Failure] = dict(failures)
 
-        def fit_lane(model: nn.Module, positions: list[int]) -> dict[int, FitResult | Failure]:
-            if self.batched:
-                return batched_fit(
-                    model,
-                    {p: sent[p] for p in positions},
-                    {p: executors[p] for p in positions},
-                    device=self.device,
-                    max_group=self.max_group,
-                )
-            return {p: Lanes.executor(executors[p], model).fit(sent[p]) for p in positions}
-
-        answers.update(self._lanes.run(_loads(executors), fit_lane))
+        fit = partial(batched_fit, device=self.device, max_group=self.max_group)
+        answers.update(self._in_lanes(sent, executors, fit, ClientExecutor.fit))
         bytes_up = 0
         for position, answer in answers.items():
             if not isinstance(answer, FitResult):
@@ -221,19 +218,8 @@ class InProcessFleet:
         executors, failures = self._reach(sent)
         answers: dict[int, EvaluateResult | Failure] = dict(failures)
 
-        def evaluate_lane(
-            model: nn.Module, positions: list[int]
-        ) -> dict[int, EvaluateResult | Failure]:
-            if self.batched:
-                return batched_evaluations(
-                    model,
-                    {p: sent[p] for p in positions},
-                    {p: executors[p] for p in positions},
-                    device=self.device,
-                )
-            return {p: Lanes.executor(executors[p], model).evaluate(sent[p]) for p in positions}
-
-        answers.update(self._lanes.run(_loads(executors), evaluate_lane))
+        evaluations = partial(batched_evaluations, device=self.device)
+        answers.update(self._in_lanes(sent, executors, evaluations, ClientExecutor.evaluate))
         return EvaluateOutcome(*_split(answers))
 
     def losses(self, server_round: int, tasks: Sequence[LossesTask]) -> LossesOutcome:
@@ -249,19 +235,8 @@ class InProcessFleet:
         executors, failures = self._reach(sent)
         answers: dict[int, LossesResult | Failure] = dict(failures)
 
-        def losses_lane(
-            model: nn.Module, positions: list[int]
-        ) -> dict[int, LossesResult | Failure]:
-            if self.batched:
-                return batched_losses(
-                    model,
-                    {p: sent[p] for p in positions},
-                    {p: executors[p] for p in positions},
-                    device=self.device,
-                )
-            return {p: Lanes.executor(executors[p], model).losses(sent[p]) for p in positions}
-
-        answers.update(self._lanes.run(_loads(executors), losses_lane))
+        losses = partial(batched_losses, device=self.device)
+        answers.update(self._in_lanes(sent, executors, losses, ClientExecutor.losses))
         results, refusals = _split(answers)
         return LossesOutcome(
             results=results,
@@ -282,12 +257,7 @@ class InProcessFleet:
         executors, failures = self._reach(sent)
         answers: dict[int, GradientResult | Failure] = dict(failures)
 
-        def gradients_lane(
-            model: nn.Module, positions: list[int]
-        ) -> dict[int, GradientResult | Failure]:
-            return {p: Lanes.executor(executors[p], model).gradients(sent[p]) for p in positions}
-
-        answers.update(self._lanes.run(_loads(executors), gradients_lane))
+        answers.update(self._in_lanes(sent, executors, None, ClientExecutor.gradients))
         bytes_up = 0
         for position, answer in answers.items():
             if not isinstance(answer, GradientResult):
@@ -298,6 +268,25 @@ class InProcessFleet:
                 answers[position], size = carry_gradients(answer, self.codec)
                 bytes_up += size
         return GradientOutcome(*_split(answers), bytes_down=bytes_down, bytes_up=bytes_up)
+
+    def _in_lanes(
+        self,
+        sent: Sequence[TaskT],
+        executors: Mapping[int, ClientExecutor],
+        batched: BatchedAnswers[TaskT, AnswerT] | None,
+        one: Callable[[ClientExecutor, TaskT], AnswerT],
+    ) -> dict[int, AnswerT]:
+        """The answers to the tasks at the positions of ``executors``, computed in the
+        fleet's lanes: together by ``batched`` on the batched path (when there is one for
+        the kind), else one task at a time by ``one`` with the lane's executor."""
+
+        def lane(model: nn.Module, positions: list[int]) -> Mapping[int, AnswerT]:
+            if batched is not None and self.batched:
+                tasks = {p: sent[p] for p in positions}
+                return batched(model, tasks, {p: executors[p] for p in positions})
+            return {p: one(Lanes.executor(executors[p], model), sent[p]) for p in positions}
+
+        return self._lanes.run(_loads(executors), lane)
 
     def _carry(self, tasks: Sequence[ModelTask]) -> tuple[list[ModelTask], int]:
         """The tasks as clients receive them, and the bytes of their weights."""
