@@ -31,11 +31,14 @@ Passive waiting makes every wake-up of a second thread a system call, which smal
 cannot repay: their operators on a batch of 32 windows are too short. So training takes
 one thread for a model of at most :data:`SINGLE_THREAD_MAX_PARAMETERS` parameters, unless a
 thread count was asked for (:class:`TrainingThreads`). Measured with
-``benchmarks/bench_round_training.py`` on the 2-core development machine under passive
-waiting (the sequential path, which is the agent's), one round of 12 clients, E = 5,
-medians of 3: ``compact`` (60,432 parameters) 4.69 s on one thread against 9.00 s on two;
-the ``paper`` model (4,409,036), one epoch of 400 windows through ``local_update``: 2.90 s
-on one thread against 1.99 s on two. The simulator takes the other way to use the cores:
+``OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_round_training.py --threads N`` on the
+2-core development machine (its sequential row, the agent's way of training; one round of
+12 ``compact`` clients, 60,432 parameters, E = 5), three interleaved runs of each: 4.83,
+4.43 and 4.53 s on one thread against 4.53, 5.00 and 5.88 s on two, with 20-40 % less CPU
+time; with two busy-loop processes on the two cores, 7.93 and 8.06 s against 11.28 and
+11.49 s. An earlier set gave 4.69 s against 9.00 s (medians of 3). The ``paper`` model
+(4,409,036 parameters), one epoch of 400 windows through ``local_update``: 2.90 s on one
+thread against 1.99 s on two. The simulator takes the other way to use the cores:
 one lane per thread, each on one thread (:mod:`faultfleet_apps.simulation.lanes`).
 
 The decision is the pure :func:`torch_threads`; :func:`decide_threads` reads the cores and
