@@ -28,9 +28,12 @@ paper        4,409,036  0.70x (2 threads, ``--clients 4 --repeats 1``), 0.52x (1
                         threads, H100 host)
 ==========  ==========  ===========================================================
 
-So the CPU threshold :data:`BATCHED_CPU_MAX_PARAMETERS` lies between the two models
-measured; a zoo model between them (``mlp-faacl-512``: 530,956; ``cnn-jgl``: 1,199,882) is
-placed by its size alone and may sit on its slower side. ``faultfleet sim
+In two lanes of one thread each, as the simulator runs on the CPU
+(:mod:`~faultfleet_apps.simulation.lanes`), the order holds: ``compact`` batched 2.17 s
+against 2.94 s sequential, ``paper`` 31.35 s against 26.45 s (4 clients). So the CPU
+threshold :data:`BATCHED_CPU_MAX_PARAMETERS` lies between the two models measured; a zoo
+model between them (``mlp-faacl-512``: 530,956; ``cnn-jgl``: 1,199,882) is placed by its
+size alone and may sit on its slower side. ``faultfleet sim
 --training-path batched|sequential`` overrides the choice.
 """
 
