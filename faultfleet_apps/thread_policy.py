@@ -17,7 +17,9 @@ command that trains:
 
 What counts as a worker:
 
-* ``faultfleet sim``: one (the simulator runs its clients one computation at a time).
+* ``faultfleet sim``: one; on the CPU it turns its threads into as many lanes of one thread
+  each, which train the round's clients side by side
+  (:mod:`faultfleet_apps.simulation.lanes`).
 * ``faultfleet bench``: each of the ``--jobs`` worker processes.
 * ``faultfleet agent``: one per process, however many ``--machines`` it runs, because the
   agents of a process take turns at the compute (:mod:`edge_agent.compute_turns`); a host
