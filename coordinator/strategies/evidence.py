@@ -5,9 +5,10 @@ the strategy itself measured. Every strategy answers
 :meth:`~coordinator.strategies.base.Strategy.cluster_evidence` with a
 :class:`ClusterEvidence`: its clusters, a client-by-client similarity matrix in the
 strategy's own measure (FLACC's update cosines of eq. 19, FedAC's low-rank cosines, …) with
-unknown pairs left out, the weakest merge behind each cluster where the strategy merges,
-and the merges of its last round. :mod:`coordinator.strategies.quality` turns that into the
-figures.
+unknown pairs left out (for large fleets the known pairs alone,
+:class:`~coordinator.strategies.known_pairs.KnownPairs`), the weakest merge behind each
+cluster where the strategy merges, and the merges of its last round.
+:mod:`coordinator.strategies.quality` turns that into the figures.
 
 :class:`SameModelSimilarity` is the evidence of strategies whose clusters train models of
 their own from the start (IFCA, JGL, FAACL): updates are only comparable between clients
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
+from coordinator.strategies.known_pairs import KnownPairs
 from coordinator.strategies.pairwise import UpdateComparer
 from faultfleet.tasks import FitResult
 from faultfleet.types import Float64Array
@@ -75,10 +77,13 @@ class ClusterEvidence:
         Registered clients, in registration order; rows of ``similarity`` and ``labels``.
     labels : tuple of int
         Cluster of each client (:meth:`~coordinator.strategies.base.Strategy.cluster_labels`).
-    similarity : array of shape (m, m), float64, or None
+    similarity : array of shape (m, m), float64, KnownPairs, or None
         Similarity of every pair of clients in the strategy's measure (higher: more alike),
-        NaN where the strategy never measured the pair; the diagonal is ignored. None when
-        the clusters are not learned (``learned`` false) or the strategy exposes nothing.
+        NaN where the strategy never measured the pair; the diagonal is ignored. A strategy
+        that knows few of the m² pairs of a large fleet gives those pairs alone
+        (:class:`~coordinator.strategies.known_pairs.KnownPairs`, ``.dense()`` for the
+        matrix). None when the clusters are not learned (``learned`` false) or the strategy
+        exposes nothing.
     measure : str
         What ``similarity`` holds, for people reading the figures.
     learned : bool
@@ -105,7 +110,7 @@ class ClusterEvidence:
 
     client_ids: tuple[str, ...]
     labels: tuple[int, ...]
-    similarity: Float64Array | None
+    similarity: Float64Array | KnownPairs | None
     measure: str
     learned: bool = True
     settled: bool = True
@@ -113,6 +118,13 @@ class ClusterEvidence:
     merge_measure: str = "n/a: this strategy does not build clusters by merging"
     unrelated: float | None = None
     merges: tuple[Merge, ...] = ()
+
+    def similarity_matrix(self) -> Float64Array | None:
+        """``similarity`` as an m × m matrix (NaN: unknown) whichever form it has; None when
+        there is none. Known pairs of a large fleet make a large matrix (m² floats)."""
+        if isinstance(self.similarity, KnownPairs):
+            return self.similarity.dense()
+        return self.similarity
 
     def __post_init__(self) -> None:
         m = len(self.client_ids)

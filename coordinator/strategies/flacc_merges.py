@@ -23,6 +23,8 @@ import numpy as np
 
 from coordinator.strategies.agglomeration import UNKNOWN, MergeDecision, agglomerate, forget_stale
 from coordinator.strategies.evidence import ClusterEvidence, Merge, known_or_nan
+from coordinator.strategies.known_pairs import KnownPairs
+from faultfleet.types import Float64Array
 
 if TYPE_CHECKING:
     from coordinator.strategies.flacc import FLACC
@@ -90,20 +92,25 @@ def flacc_evidence(strategy: FLACC) -> ClusterEvidence:
     """The cosines ``strategy`` merges on (eq. 19, pairs of the last T rounds; frozen at
     separation), and per entity the lowest α_min^cross at which a merge built it."""
     weakest: dict[int, float] = {}
+    index = strategy.client_index_
     for merge in strategy.merges_:
-        present = [c for c in merge.first + merge.second if c in strategy.client_index_]
-        if not present:  # every client of the merge has left
+        # a merge's clients share one entity; the first still registered names it
+        present = next((c for c in (*merge.first, *merge.second) if c in index), None)
+        if present is None:  # every client of the merge has left
             continue
-        label = int(strategy._labels[strategy._index(present[0])])
+        label = int(strategy._labels[strategy._index(present)])
         weakest[label] = min(weakest.get(label, np.inf), merge.similarity)
     sketched = strategy.sketched_
+    similarity: Float64Array | KnownPairs
     if sketched is None:
         similarity = known_or_nan(strategy.alpha_, UNKNOWN)  # a copy: α is the strategy's
     else:
-        # a fresh m × m array: unknowns become NaN in place, not in a second copy (800 MB
-        # each at 10,000 clients)
-        similarity = sketched.memory.dense()
-        similarity[similarity <= UNKNOWN] = np.nan
+        # the remembered pairs alone: an m × m matrix would take 800 MB at 10,000 clients
+        memory = sketched.memory
+        known = memory.value > UNKNOWN
+        similarity = KnownPairs.from_arrays(
+            memory.n_clients, memory.first[known], memory.second[known], memory.value[known]
+        )
     return ClusterEvidence(
         client_ids=strategy.client_ids_,
         labels=tuple(int(k) for k in strategy._labels),

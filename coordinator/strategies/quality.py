@@ -48,6 +48,7 @@ import numpy as np
 
 from coordinator.strategies.evidence import ClusterEvidence, Merge
 from coordinator.strategies.quality_maths import (
+    Similarity,
     average_linkage_split,
     block_sums,
     mean_known,
@@ -235,7 +236,7 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
 
 def _score_merge(
     merge: Merge,
-    similarity: Float64Array,
+    similarity: Similarity,
     index: dict[str, int],
     totals: tuple[Float64Array, Float64Array],
 ) -> float | None:
@@ -260,7 +261,7 @@ def _cluster(
     position: int,
     names: Sequence[int],
     rows: IntArray,
-    similarity: Float64Array,
+    similarity: Similarity,
     sums: Float64Array,
     counts: Float64Array,
     evidence: ClusterEvidence,

@@ -80,7 +80,8 @@ def test_sketches_find_the_exact_clusters_and_cosines_within_epsilon(name: str) 
     if name in ("flhc", "cfl"):
         assert adjusted_rand_index(GROUPS, labels) == 1
     # cosines measured on the same pairs, within ε, and not all equal (they are sketched)
-    a, b = exact.cluster_evidence().similarity, sketched.cluster_evidence().similarity
+    a = exact.cluster_evidence().similarity_matrix()
+    b = sketched.cluster_evidence().similarity_matrix()
     assert a is not None
     assert b is not None
     known = ~np.isnan(a) & ~np.eye(len(a), dtype=bool)
