@@ -46,9 +46,9 @@ Prints, per N: updates per round, mean and worst seconds per step over the round
 RSS, the ARI of the sketch path's clusters against the exact path's and against the true
 groups, and the growth of the mean step time from the smallest N against n·log n.
 ``--quality`` (FLACC) also times, once after the last round, what the coordinator's quality
-watch runs after every round (``assess(strategy.cluster_evidence())``: the m × m similarity
-of remembered pairs, cluster cohesion, margins, weakest links and the round's merges), and
-the peak RSS it reaches. ``--json`` writes one object per N with ``agents``,
+watch runs after every round (``assess(strategy.cluster_evidence())``: the remembered pairs
+as a list, cluster cohesion, margins, weakest links and the round's merges), and the peak
+RSS it reaches. ``--json`` writes one object per N with ``agents``,
 ``seconds_per_step``, ``peak_rss_mb`` and ``ari_vs_exact`` (and the other columns). Numbers
 only, no pass/fail.
 """
