@@ -15,8 +15,10 @@ not the medians of interleaved runs each benchmark gives with its default settin
 out: the accuracy studies (``bench_difficulty``, ``bench_jgl_purity``, ``bench_poisoning``,
 ``bench_robust_aggregation``, ``bench_sensor_quality``, ``bench_wire_precision``,
 ``bench_probe_frames``), which train federations for minutes to hours and report
-accuracies, and the robustness drills (``bench_agent_fuzz``, ``bench_broker_restart``,
-``bench_agent_rss``), which report pass counts and memory, not ratios.
+accuracies, the robustness drills (``bench_agent_fuzz``, ``bench_broker_restart``,
+``bench_agent_rss``), which report pass counts and memory, not ratios, and
+``bench_same_model_evidence``, which reports the time and memory of IFCA's and FAACL's
+evidence with no baseline run beside it.
 """
 
 from __future__ import annotations

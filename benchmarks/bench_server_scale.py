@@ -60,14 +60,13 @@ import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from process_memory import own_peak_rss_bytes
+from process_memory import own_peak_rss_bytes, run_json_worker
 from server_scale_updates import SyntheticFleet, recorded_updates
 
 from coordinator.strategies.base import Strategy
@@ -203,21 +202,15 @@ def worker(args: argparse.Namespace) -> None:
 
 def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, object]:
     """Run ``path`` at ``agents`` in a fresh process and return its JSON line."""
-    threads = "1" if path == "sketch" else str(os.cpu_count() or 1)
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
-    env["MKL_NUM_THREADS"] = threads
-    command = [sys.executable, __file__, "--worker", path, "--worker-agents", str(agents)]
-    command += ["--rounds", str(args.rounds), "--seed", str(args.seed)]
-    command += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
-    command += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
-    command += ["--strategy", args.strategy]
+    threads = 1 if path == "sketch" else os.cpu_count() or 1
+    arguments = ["--worker", path, "--worker-agents", str(agents)]
+    arguments += ["--rounds", str(args.rounds), "--seed", str(args.seed)]
+    arguments += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
+    arguments += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
+    arguments += ["--strategy", args.strategy]
     if args.quality and path == "sketch":
-        command.append("--quality")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{path} worker at {agents} agents failed:\n{done.stderr}")
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+        arguments.append("--quality")
+    return run_json_worker(__file__, arguments, threads, f"{path} worker at {agents} agents")
 
 
 def main() -> None:

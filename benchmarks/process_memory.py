@@ -1,7 +1,9 @@
 """Resident memory of a process and of every process it started, read from ``/proc`` (Linux).
 
 Shared by the benchmarks that report memory (``bench_agent_rss.py``, ``bench_peers.py``,
-``bench_server_scale.py``). :func:`own_peak_rss_bytes` is this process's own peak;
+``bench_server_scale.py``, ``bench_same_model_evidence.py``). :func:`own_peak_rss_bytes` is
+this process's own peak, and :func:`run_json_worker` runs a benchmark's worker in a fresh
+process so that the peak is the worker's own;
 :func:`tree_rss_bytes` adds up the resident set sizes of a process and all its descendants
 (shared pages are counted once per process that maps them, as ``ps`` does);
 :class:`PeakSampler` samples it on a thread and keeps the largest value seen.
@@ -9,8 +11,11 @@ Shared by the benchmarks that report memory (``bench_agent_rss.py``, ``bench_pee
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +31,28 @@ def rss_bytes(pid: int) -> int:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return 0
     return int(fields[1]) * PAGE_BYTES
+
+
+def run_json_worker(
+    script: str, arguments: list[str], threads: int, what: str
+) -> dict[str, object]:
+    """Run ``script`` with ``arguments`` in a fresh interpreter with ``threads`` BLAS and
+    OpenMP threads, and return the JSON object on the last line of its output.
+
+    Raises
+    ------
+    RuntimeError
+        The worker failed; the message names ``what`` it was doing and holds its stderr.
+    """
+    count = str(threads)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": count, "OMP_NUM_THREADS": count}
+    env["MKL_NUM_THREADS"] = count
+    command = [sys.executable, script, *arguments]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{done.stderr}")
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def own_peak_rss_bytes() -> int:

@@ -26,6 +26,7 @@ import numpy as np
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.known_pairs import KnownPairs
+from coordinator.strategies.pair_memory import PairMemory, sample_pairs
 from coordinator.strategies.pairwise import UpdateComparer
 from faultfleet.tasks import FitResult
 from faultfleet.types import Float64Array
@@ -159,13 +160,25 @@ def known_or_nan(matrix: Float64Array, unknown_at_most: float) -> Float64Array:
     return np.where(matrix > unknown_at_most, matrix, np.nan)
 
 
+_PAIR_ARRAYS = ("first", "second", "value", "measured")
+
 SAME_MODEL_MEMORY = 10
 """Rounds a same-model cosine is kept as evidence (FLACC's memory T of §VI): an older one
 was measured on a model that has moved on, often before the clusters formed."""
 
+SAME_MODEL_PARTNERS = 32
+"""Partners of each update when more than ``SAME_MODEL_PARTNERS + 1`` clients trained one
+model in one round (fewer: every pair), as FLACC samples its pairs under sketches
+(:func:`~.pair_memory.sample_pairs`): the pairs kept grow with the clients, not with their
+square."""
+
 
 class SameModelSimilarity:
     """Cosine similarity of two clients' updates of the same model in the same round.
+
+    Kept as a list of pairs (:class:`~.pair_memory.PairMemory`, 16 bytes a pair), not an
+    m × m matrix: a matrix of the cosines and one of their rounds took 1.6 GB at 10,000
+    clients, in memory and in every saved state.
 
     Parameters
     ----------
@@ -173,85 +186,128 @@ class SameModelSimilarity:
         Registered clients, in registration order.
     comparer : UpdateComparer, optional
         Takes the cosines (exact or of sketches, :mod:`.pairwise`); exact when None.
+    partners : int
+        :data:`SAME_MODEL_PARTNERS`.
 
     Attributes
     ----------
-    matrix_ : array of shape (m, m), float64
-        The latest such cosine per pair, NaN for pairs never seen together.
-    rounds_ : array of shape (m, m), int64
-        The round each was measured in (0: never).
+    pairs_ : PairMemory
+        The latest cosine of each pair measured in the last :data:`SAME_MODEL_MEMORY`
+        rounds, with its round.
     last_round_ : int
         The latest round recorded.
     """
 
-    def __init__(self, client_ids: Sequence[str], comparer: UpdateComparer | None = None) -> None:
+    def __init__(
+        self,
+        client_ids: Sequence[str],
+        comparer: UpdateComparer | None = None,
+        *,
+        partners: int = SAME_MODEL_PARTNERS,
+    ) -> None:
         self.comparer = comparer
+        self.partners = partners
         self.client_ids_ = tuple(client_ids)
-        m = len(self.client_ids_)
-        self.matrix_ = np.full((m, m), np.nan)
-        self.rounds_ = np.zeros((m, m), dtype=np.int64)
+        self.pairs_ = PairMemory.empty(len(self.client_ids_))
         self.last_round_ = 0
 
     def record(self, server_round: int, results: Sequence[FitResult]) -> None:
-        """Take in a round's updates: pairs of clients that trained the same model."""
+        """Take in a round's updates: pairs of clients that trained the same model (every
+        pair of a model's updates, or each with ``partners`` others chosen at random, seeded
+        by the round and the model's place among the round's models)."""
         index = {c: i for i, c in enumerate(self.client_ids_)}
         by_model: dict[str, list[FitResult]] = {}
         for r in results:
             by_model.setdefault(r.model_key, []).append(r)
-        for members in by_model.values():
-            if len(members) >= 2:
-                rows = [index[r.client_id] for r in members]
-                updates = [r.delta for r in members]
-                cosines = (
-                    cosine_similarity_matrix(updates)
-                    if self.comparer is None
-                    else self.comparer.matrix(updates)
-                )
-                record_pairs(self.matrix_, rows, cosines)
-                self.rounds_[np.ix_(rows, rows)] = server_round
+        for place, members in enumerate(by_model.values()):
+            if len(members) < 2:
+                continue
+            rows = np.array([index[r.client_id] for r in members], dtype=np.int64)
+            updates = [r.delta for r in members]
+            a, b = sample_pairs(len(members), self.partners, [server_round, place])
+            low, high = np.minimum(rows[a], rows[b]), np.maximum(rows[a], rows[b])
+            # a client twice among one model's updates: no pair with itself, and each of its
+            # pairs once (the later update's)
+            keys = (low * len(self.client_ids_) + high)[::-1]
+            _, last = np.unique(keys, return_index=True)
+            once = np.sort(len(keys) - 1 - last)
+            once = once[low[once] != high[once]]
+            if self.comparer is None:
+                cosines = cosine_similarity_matrix(updates)[a[once], b[once]]
+            else:
+                cosines = self.comparer.pair_cosines(updates, a[once], b[once])
+            self.pairs_.record(server_round, low[once], high[once], cosines)
+        self.pairs_.forget(server_round, SAME_MODEL_MEMORY - 1)
         self.last_round_ = server_round
 
     def comparer_state(self) -> dict[str, int | str] | None:
         """The comparer's :meth:`~.pairwise.UpdateComparer.state`, to save (None: exact)."""
         return None if self.comparer is None else self.comparer.state()
 
-    def current(self) -> Float64Array:
-        """The cosines measured in the last :data:`SAME_MODEL_MEMORY` rounds (others NaN)."""
-        recent = self.last_round_ - self.rounds_ < SAME_MODEL_MEMORY
-        return np.where(recent, self.matrix_, np.nan)
+    def current(self) -> KnownPairs:
+        """The cosines measured in the last :data:`SAME_MODEL_MEMORY` rounds."""
+        pairs = self.pairs_
+        recent = self.last_round_ - pairs.measured < SAME_MODEL_MEMORY
+        return KnownPairs.from_arrays(
+            pairs.n_clients, pairs.first[recent], pairs.second[recent], pairs.value[recent]
+        )
 
     def resize(self, client_ids: Sequence[str]) -> None:
         """Follow a change of the registered clients: kept clients keep their pairs."""
-        old = {c: i for i, c in enumerate(self.client_ids_)}
         new_ids = tuple(client_ids)
-        m = len(new_ids)
-        matrix, rounds = np.full((m, m), np.nan), np.zeros((m, m), dtype=np.int64)
-        kept = [(i, old[c]) for i, c in enumerate(new_ids) if c in old]
-        if kept:
-            new_rows = np.array([i for i, _ in kept], dtype=np.intp)
-            old_rows = np.array([j for _, j in kept], dtype=np.intp)
-            matrix[np.ix_(new_rows, new_rows)] = self.matrix_[np.ix_(old_rows, old_rows)]
-            rounds[np.ix_(new_rows, new_rows)] = self.rounds_[np.ix_(old_rows, old_rows)]
-        self.client_ids_, self.matrix_, self.rounds_ = new_ids, matrix, rounds
+        new = {c: i for i, c in enumerate(new_ids)}
+        position = np.array([new.get(c, -1) for c in self.client_ids_], dtype=np.int64)
+        self.pairs_.renumber(position, len(new_ids))
+        self.client_ids_ = new_ids
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray[Any, Any]]:
-        """The state to save, keyed ``<prefix>similarity``, ``…rounds``, ``…last_round``."""
-        return {
-            f"{prefix}similarity": self.matrix_.copy(),
-            f"{prefix}rounds": self.rounds_.copy(),
-            f"{prefix}last_round": np.array(self.last_round_, dtype=np.int64),
-        }
+        """The state to save, keyed ``<prefix>pairs_first``, ``…pairs_second``,
+        ``…pairs_value``, ``…pairs_measured`` and ``…last_round``."""
+        saved = {f"{prefix}pairs_{n}": getattr(self.pairs_, n).copy() for n in _PAIR_ARRAYS}
+        saved[f"{prefix}last_round"] = np.array(self.last_round_, dtype=np.int64)
+        return saved
 
     def load(self, client_ids: Sequence[str], arrays: Mapping[str, object], prefix: str) -> None:
-        """Restore what :meth:`arrays` saved; an older state without it starts empty."""
+        """Restore what :meth:`arrays` saved. A state saved as matrices (``<prefix>similarity``
+        and ``…rounds``, m × m) is read into pairs; one without either starts empty.
+
+        Raises
+        ------
+        ValueError
+            Saved pairs of different lengths or naming clients beyond ``client_ids``.
+        """
         self.client_ids_ = tuple(client_ids)
         m = len(self.client_ids_)
-        self.matrix_ = load_matrix(arrays, f"{prefix}similarity", m)
-        saved = arrays.get(f"{prefix}rounds")
-        rounds = np.zeros((m, m)) if saved is None else np.asarray(saved)
-        self.rounds_ = np.array(rounds, dtype=np.int64)
         last = arrays.get(f"{prefix}last_round")
         self.last_round_ = int(np.asarray(last)) if last is not None else 0
+        self.pairs_ = PairMemory.empty(m)
+        if f"{prefix}pairs_first" in arrays:
+            first, second, value, measured = (
+                np.asarray(arrays[f"{prefix}pairs_{n}"]) for n in _PAIR_ARRAYS
+            )
+            if not len(first) == len(second) == len(value) == len(measured):
+                raise ValueError(f"saved {prefix}pairs_* arrays differ in length")
+            if len(first) and (int(np.max(second)) >= m or int(np.min(first)) < 0):
+                raise ValueError(f"saved {prefix}pairs_* name clients beyond the {m} registered")
+            self.pairs_ = PairMemory(
+                m,
+                first.astype(np.int32),
+                second.astype(np.int32),
+                value.astype(np.float32),
+                measured.astype(np.int32),
+            )
+            return
+        if f"{prefix}similarity" not in arrays:
+            return
+        matrix = load_matrix(arrays, f"{prefix}similarity", m)
+        saved_rounds = arrays.get(f"{prefix}rounds")
+        rounds = np.zeros((m, m)) if saved_rounds is None else np.asarray(saved_rounds)
+        first, second = np.triu_indices(m, k=1)
+        known = ~np.isnan(matrix[first, second])
+        first, second = first[known], second[known]
+        measured = np.asarray(rounds, dtype=np.int64)[first, second]
+        self.pairs_.record(0, first, second, matrix[first, second])
+        self.pairs_.measured = measured.astype(np.int32)
 
     def evidence(
         self, labels: Sequence[int], *, settled: bool = True, merge_measure: str

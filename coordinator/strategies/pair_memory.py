@@ -126,12 +126,17 @@ class PairMemory:
         their new order) remain, renumbered to their positions in ``kept``."""
         position = np.full(self.n_clients, -1, dtype=np.int64)
         position[np.asarray(kept, dtype=np.int64)] = np.arange(len(kept))
+        self.renumber(position, len(kept))
+
+    def renumber(self, position: IntArray, n_clients: int) -> None:
+        """Registration changed: client i is now ``position[i]`` of ``n_clients``, or gone
+        where it is −1 (its pairs are dropped)."""
         first, second = position[self.first], position[self.second]
         both = (first >= 0) & (second >= 0)
         low, high = np.minimum(first, second)[both], np.maximum(first, second)[both]
         self.first, self.second = low.astype(np.int32), high.astype(np.int32)
         self.value, self.measured = self.value[both], self.measured[both]
-        self.n_clients = len(kept)
+        self.n_clients = n_clients
 
     def forget(self, server_round: int, memory: int | None) -> None:
         """Eq. 18: drop pairs with ``server_round − τ > memory`` (None: keep every pair)."""

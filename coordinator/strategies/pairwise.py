@@ -63,7 +63,16 @@ from coordinator.strategies.sketch import (
     jl_dimension,
     sketch_cosine_matrix,
 )
-from faultfleet.types import Float64Array, FloatArray
+from faultfleet.types import Float64Array, FloatArray, IntArray
+
+_CHUNK = 4096
+"""Pairs whose cosines :meth:`UpdateComparer.pair_cosines` takes at a time."""
+
+PAIRS_MATRIX_UP_TO = 2048
+"""Up to this many updates, :meth:`UpdateComparer.pair_cosines` takes the cosines of the
+sampled pairs from the k × k matrix (32 MB at 2,048): a matrix product computes every pair
+faster than gathering the sampled ones does (on this module's benchmark, 625 updates of 4
+models at 10,000 agents: 0.32 s a round by the matrix, 0.56 s by the pairs)."""
 
 MODES = ("auto", "exact", "sketch")
 SKETCH_FLEET = 1000
@@ -158,6 +167,28 @@ class UpdateComparer:
             return np.stack([np.asarray(u, dtype=np.float64) for u in updates])
         sketcher = self.sketcher
         return np.stack([sketcher.sketch(u) for u in updates]).astype(np.float64)
+
+    def pair_cosines(
+        self, updates: Sequence[FloatArray], first: IntArray, second: IntArray
+    ) -> Float64Array:
+        """``matrix(updates)[first, second]``, shape (q,), float64. On sketches of more than
+        :data:`PAIRS_MATRIX_UP_TO` updates only those pairs are computed, a few thousand at
+        a time: k updates with p partners each cost k·p·d, not k²·d, and no k × k matrix is
+        built. Fewer updates take the matrix, which one matrix product makes faster."""
+        if len(first) == 0:
+            return np.zeros(0)
+        if self.sketcher is None or len(updates) <= PAIRS_MATRIX_UP_TO:
+            return self.matrix(updates)[first, second]
+        sketcher = self.sketcher
+        rows = np.asarray([sketcher.unit_sketch(u) for u in updates], dtype=np.float64)
+        cosines = np.concatenate(
+            [
+                np.einsum("qd,qd->q", rows[first[i : i + _CHUNK]], rows[second[i : i + _CHUNK]])
+                for i in range(0, len(first), _CHUNK)
+            ]
+        )
+        clipped: Float64Array = np.clip(cosines, -1.0, 1.0)
+        return clipped
 
     def state(self) -> dict[str, int | str]:
         """What a saved strategy keeps to sketch as before: the mode and the JL bound's n."""
