@@ -289,25 +289,23 @@ class SameModelSimilarity:
                 raise ValueError(f"saved {prefix}pairs_* arrays differ in length")
             if len(first) and (int(np.max(second)) >= m or int(np.min(first)) < 0):
                 raise ValueError(f"saved {prefix}pairs_* name clients beyond the {m} registered")
-            self.pairs_ = PairMemory(
-                m,
-                first.astype(np.int32),
-                second.astype(np.int32),
-                value.astype(np.float32),
-                measured.astype(np.int32),
-            )
+        elif f"{prefix}similarity" in arrays:  # saved as m × m matrices
+            matrix = load_matrix(arrays, f"{prefix}similarity", m)
+            saved_rounds = arrays.get(f"{prefix}rounds")
+            rounds = np.zeros((m, m)) if saved_rounds is None else np.asarray(saved_rounds)
+            first, second = np.triu_indices(m, k=1)
+            known = ~np.isnan(matrix[first, second])
+            first, second = first[known], second[known]
+            value, measured = matrix[first, second], rounds[first, second]
+        else:
             return
-        if f"{prefix}similarity" not in arrays:
-            return
-        matrix = load_matrix(arrays, f"{prefix}similarity", m)
-        saved_rounds = arrays.get(f"{prefix}rounds")
-        rounds = np.zeros((m, m)) if saved_rounds is None else np.asarray(saved_rounds)
-        first, second = np.triu_indices(m, k=1)
-        known = ~np.isnan(matrix[first, second])
-        first, second = first[known], second[known]
-        measured = np.asarray(rounds, dtype=np.int64)[first, second]
-        self.pairs_.record(0, first, second, matrix[first, second])
-        self.pairs_.measured = measured.astype(np.int32)
+        self.pairs_ = PairMemory(
+            m,
+            first.astype(np.int32),
+            second.astype(np.int32),
+            value.astype(np.float32),
+            measured.astype(np.int32),
+        )
 
     def evidence(
         self, labels: Sequence[int], *, settled: bool = True, merge_measure: str
