@@ -20,13 +20,11 @@ import numpy as np
 
 from coordinator.strategies.agglomeration import Agglomeration, Entity
 from coordinator.strategies.pair_memory import PairMemory, sample_pairs
-from coordinator.strategies.sketch import UpdateSketcher, jl_dimension
+from coordinator.strategies.sketch import UpdateSketcher, jl_dimension, pair_dots
 from coordinator.strategies.sparse_agglomeration import agglomerate_pairs
 from faultfleet.types import Float64Array, FloatArray, IntArray
 
 _ARRAYS = ("first", "second", "value", "measured")
-_CHUNK = 4096
-"""Pairs whose cosines are taken in one vectorised step."""
 
 
 class SketchedPairs:
@@ -63,12 +61,7 @@ class SketchedPairs:
         if len(a) == len(rows) * (len(rows) - 1) // 2:  # every pair: one matrix product
             cosines = (rows @ rows.T)[a, b].astype(np.float64)
         else:  # a few thousand pairs at a time, to bound the temporaries
-            cosines = np.concatenate(
-                [
-                    np.einsum("qd,qd->q", rows[a[i : i + _CHUNK]], rows[b[i : i + _CHUNK]])
-                    for i in range(0, len(a), _CHUNK)
-                ]
-            ).astype(np.float64)
+            cosines = pair_dots(rows, a, b).astype(np.float64)
         self._record(server_round, answered, a, b, np.clip(cosines, -1.0, 1.0))
 
     def record_matrix(

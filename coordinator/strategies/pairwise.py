@@ -61,12 +61,10 @@ from coordinator.strategies.sketch import (
     DEFAULT_EPSILON,
     UpdateSketcher,
     jl_dimension,
+    pair_dots,
     sketch_cosine_matrix,
 )
 from faultfleet.types import Float64Array, FloatArray, IntArray
-
-_CHUNK = 4096
-"""Pairs whose cosines :meth:`UpdateComparer.pair_cosines` takes at a time."""
 
 PAIRS_MATRIX_UP_TO = 2048
 """Up to this many updates, :meth:`UpdateComparer.pair_cosines` takes the cosines of the
@@ -181,13 +179,7 @@ class UpdateComparer:
             return self.matrix(updates)[first, second]
         sketcher = self.sketcher
         rows = np.asarray([sketcher.unit_sketch(u) for u in updates], dtype=np.float64)
-        cosines = np.concatenate(
-            [
-                np.einsum("qd,qd->q", rows[first[i : i + _CHUNK]], rows[second[i : i + _CHUNK]])
-                for i in range(0, len(first), _CHUNK)
-            ]
-        )
-        clipped: Float64Array = np.clip(cosines, -1.0, 1.0)
+        clipped: Float64Array = np.clip(pair_dots(rows, first, second), -1.0, 1.0)
         return clipped
 
     def state(self) -> dict[str, int | str]:

@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from faultfleet.types import Float64Array, FloatArray
+from faultfleet.types import Float64Array, FloatArray, IntArray
 
 DEFAULT_EPSILON = 0.25
 """ε of the JL bound: every cosine between sketches within ±0.25 of the exact one with
@@ -137,3 +139,21 @@ def sketch_cosine_matrix(sketches: Sequence[FloatArray] | FloatArray) -> Float64
     similarity = np.clip(stacked @ stacked.T, -1.0, 1.0)
     np.fill_diagonal(similarity, 1.0)
     return similarity
+
+
+PAIR_CHUNK = 4096
+"""Pairs whose dot products :func:`pair_dots` takes in one vectorised step (bounds the two
+gathered (chunk, d) temporaries)."""
+
+
+def pair_dots(rows: npt.NDArray[Any], first: IntArray, second: IntArray) -> npt.NDArray[Any]:
+    """Dot products ``rows[first[q]] · rows[second[q]]``, shape (q,), in ``rows``' dtype: of
+    unit sketches, the cosines of the pairs, without the k × k matrix."""
+    if len(first) == 0:
+        return np.zeros(0, dtype=rows.dtype)
+    return np.concatenate(
+        [
+            np.einsum("qd,qd->q", rows[first[i : i + PAIR_CHUNK]], rows[second[i : i + PAIR_CHUNK]])
+            for i in range(0, len(first), PAIR_CHUNK)
+        ]
+    )
