@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
        [--strategy flacc|flhc|cfl] [--rounds 8] [--json FILE] [--exact-up-to 20000]
-       [--partners 32] [--epsilon 0.25] [--quality]
+       [--partners 32] [--epsilon 0.25] [--quality] [--checkpoint]
 
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
 (``pairwise = "sketch"`` against ``"exact"``): both take every agent's update in a round —
@@ -48,7 +48,10 @@ groups, and the growth of the mean step time from the smallest N against n·log 
 ``--quality`` (FLACC) also times, once after the last round, what the coordinator's quality
 watch runs after every round (``assess(strategy.cluster_evidence())``: the remembered pairs
 as a list, cluster cohesion, margins, weakest links and the round's merges), and the peak
-RSS it reaches. ``--json`` writes one object per N with ``agents``,
+RSS it reaches. ``--checkpoint`` (FLACC) times, once after the last round, the checkpoint
+the coordinator writes after every round (the strategy's state through
+:func:`~coordinator.engine.state.save_state`, fsync included, wall seconds) and reading it
+back, and prints the two files' sizes. ``--json`` writes one object per N with ``agents``,
 ``seconds_per_step``, ``peak_rss_mb`` and ``ari_vs_exact`` (and the other columns). Numbers
 only, no pass/fail.
 """
@@ -69,7 +72,8 @@ import numpy as np
 from process_memory import own_peak_rss_bytes, run_json_worker
 from server_scale_updates import SyntheticFleet, recorded_updates
 
-from coordinator.strategies.base import Strategy
+from coordinator.engine.state import ARRAYS_FILE, META_FILE, EngineState, load_state, save_state
+from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import make_strategy
@@ -197,7 +201,33 @@ def worker(args: argparse.Namespace) -> None:
         assess(strategy.cluster_evidence(), args.rounds)
         line["quality_seconds"] = time.process_time() - started
         line["quality_peak_rss_mb"] = own_peak_rss_bytes() / MB
+    if args.checkpoint:
+        line.update(time_checkpoint(strategy, args.rounds))
     print(json.dumps(line))
+
+
+def time_checkpoint(strategy: Strategy, server_round: int) -> dict[str, float]:
+    """Seconds to take ``strategy``'s state and write it as the coordinator's checkpoint
+    (:func:`~coordinator.engine.state.save_state`, fsync included) into a temporary
+    folder, seconds to read it back into the strategy, and the files' sizes."""
+    state = {"server_round": server_round}
+    with tempfile.TemporaryDirectory(prefix="faultfleet-checkpoint-") as folder:
+        started = time.perf_counter()
+        taken = strategy.state_dict()
+        engine = EngineState({**state, "strategy": taken.meta}, dict(taken.arrays))
+        written = save_state(Path(folder), engine)
+        seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        loaded = load_state(Path(folder))
+        strategy.load_state_dict(StrategyState(dict(loaded.arrays), loaded.meta["strategy"]))
+        load_seconds = time.perf_counter() - started
+        sizes = {p.name: p.stat().st_size / MB for p in written.iterdir()}
+    return {
+        "checkpoint_seconds": seconds,
+        "checkpoint_load_seconds": load_seconds,
+        "checkpoint_meta_mb": sizes[META_FILE],
+        "checkpoint_arrays_mb": sizes[ARRAYS_FILE],
+    }
 
 
 def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, object]:
@@ -210,6 +240,8 @@ def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, ob
     arguments += ["--strategy", args.strategy]
     if args.quality and path == "sketch":
         arguments.append("--quality")
+    if args.checkpoint and path == "sketch":
+        arguments.append("--checkpoint")
     return run_json_worker(__file__, arguments, threads, f"{path} worker at {agents} agents")
 
 
@@ -239,6 +271,11 @@ def main() -> None:
         "--quality",
         action="store_true",
         help="also time the cluster-quality assessment (FLACC) after the last round",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="also time the checkpoint the coordinator writes after every round (FLACC)",
     )
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--worker", choices=["sketch", "exact"], help=argparse.SUPPRESS)
@@ -285,6 +322,7 @@ def main() -> None:
             "nlogn_growth": nlogn,
             "quality_seconds": sketch.get("quality_seconds"),
             "quality_peak_rss_mb": sketch.get("quality_peak_rss_mb"),
+            **{k: v for k, v in sketch.items() if k.startswith("checkpoint_")},
         }
         rows.append(row)
         print(
@@ -298,6 +336,15 @@ def main() -> None:
             print(
                 f"{'':>7} quality assessment after round {args.rounds}: "
                 f"{row['quality_seconds']:.2f} s, peak RSS {row['quality_peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
+        if args.checkpoint:
+            print(
+                f"{'':>7} checkpoint after round {args.rounds}: written in "
+                f"{row['checkpoint_seconds']:.3f} s, read back in "
+                f"{row['checkpoint_load_seconds']:.3f} s; state.json "
+                f"{row['checkpoint_meta_mb']:.1f} MB, arrays.npz "
+                f"{row['checkpoint_arrays_mb']:.1f} MB",
                 flush=True,
             )
     if args.json is not None:

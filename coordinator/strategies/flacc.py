@@ -63,6 +63,7 @@ from coordinator.strategies.flacc_sketch import SketchedPairs
 from coordinator.strategies.flacc_state import flacc_state, load_flacc_state
 from coordinator.strategies.joining import grow_square, keep_square, most_served_key
 from coordinator.strategies.keys import GLOBAL, cluster_key, cluster_number
+from coordinator.strategies.merge_history import MergeHistory
 from coordinator.strategies.pairwise import resolve
 from coordinator.strategies.parameters import Param
 from coordinator.strategies.robust import RoundTally
@@ -123,7 +124,7 @@ class FLACC(Strategy):
         self.separated_ = False
         self.last_alpha_min_cross_: float | None = None
         self.last_passed_over_ = 0
-        self.merges_: list[Merge] = []
+        self.merge_history_ = MergeHistory(self.client_ids_)
 
     def _start_memory(self) -> None:
         """α and τ (Algorithm 1, line 2), or under sketches the pair list, all unknown."""
@@ -148,6 +149,7 @@ class FLACC(Strategy):
     ) -> None:
         m = len(self.client_ids_)
         new = list(range(m - len(joining), m))
+        self.merge_history_.join(joining)
         if self.sketched_ is not None:
             self.sketched_.memory.grow(m)
         else:
@@ -163,6 +165,7 @@ class FLACC(Strategy):
         self._set_entities([tuple(e) for e in entities])
 
     def _leave(self, leaving: set[str], kept: list[int]) -> None:
+        self.merge_history_.leave(kept)
         if self.sketched_ is not None:
             self.sketched_.memory.keep(kept)
         else:
@@ -322,7 +325,7 @@ class FLACC(Strategy):
     @property
     def merges(self) -> tuple[Merge, ...]:
         """Every merge so far: round, the two entities, α_min^cross and the bar it cleared."""
-        return tuple(self.merges_)
+        return self.merge_history_.merges()
 
     def cluster_evidence(self) -> ClusterEvidence:
         """The cosines FLACC merges on and the weakest merge behind each entity

@@ -3,26 +3,24 @@
 :func:`merge_step` is Algorithm 1's lines 13–19 on the similarities the strategy recorded:
 forget the pairs older than the memory T (eq. 18), then merge entities greedily
 (:func:`~.agglomeration.agglomerate`, or under sketches
-:meth:`~.flacc_sketch.SketchedPairs.agglomerate`). Every merge is kept as a
-:class:`~coordinator.strategies.evidence.Merge`: its round, the client ids of the two
-entities, the α_min^cross of eq. 15 that let them merge and the bar α0 of eq. 16 it cleared
-(:func:`merges_made`). :func:`flacc_evidence` turns the strategy's similarity memory (α of
-eq. 19 for the pairs of the last T rounds, or under sketches the pair list) and those merges
-into the :class:`~coordinator.strategies.evidence.ClusterEvidence` that
+:meth:`~.flacc_sketch.SketchedPairs.agglomerate`). Every merge is kept in the strategy's
+:class:`~coordinator.strategies.merge_history.MergeHistory`: its round, the two entities,
+the α_min^cross of eq. 15 that let them merge and the bar α0 of eq. 16 it cleared.
+:func:`flacc_evidence` turns the strategy's similarity memory (α of eq. 19 for the pairs of
+the last T rounds, or under sketches the pair list) and those merges into the
+:class:`~coordinator.strategies.evidence.ClusterEvidence` that
 :mod:`coordinator.strategies.quality` scores: per entity, the lowest α_min^cross at which a
-merge built it. The functions read and set the attributes of a
-:class:`~coordinator.strategies.flacc.FLACC`, as :mod:`.flacc_state` does.
+merge built it, and the merges of the latest round that merged. The functions read and set
+the attributes of a :class:`~coordinator.strategies.flacc.FLACC`, as :mod:`.flacc_state`
+does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from coordinator.strategies.agglomeration import UNKNOWN, MergeDecision, agglomerate, forget_stale
-from coordinator.strategies.evidence import ClusterEvidence, Merge, known_or_nan
+from coordinator.strategies.agglomeration import UNKNOWN, agglomerate, forget_stale
+from coordinator.strategies.evidence import ClusterEvidence, known_or_nan
 from coordinator.strategies.known_pairs import KnownPairs
 from faultfleet.types import Float64Array
 
@@ -48,9 +46,7 @@ def merge_step(strategy: FLACC, server_round: int) -> None:
         )
         alpha, entities = strategy.alpha_, strategy.entities_
         outcome = agglomerate(alpha, entities, **options)  # type: ignore[arg-type]
-    strategy.merges_.extend(
-        merges_made(server_round, outcome.decisions, strategy.client_ids_, strategy.alpha0)
-    )
+    strategy.merge_history_.record(server_round, outcome.decisions, strategy.alpha0)
     strategy._set_entities(outcome.entities)
     first = outcome.decisions[0] if outcome.decisions else None
     strategy.last_alpha_min_cross_ = None if first is None else first.alpha_min_cross
@@ -59,47 +55,12 @@ def merge_step(strategy: FLACC, server_round: int) -> None:
     strategy.rounds_without_merge_ = 0 if outcome.num_merges else without + 1
 
 
-def merges_made(
-    server_round: int,
-    decisions: Sequence[MergeDecision],
-    client_ids: Sequence[str],
-    threshold: float,
-) -> list[Merge]:
-    """The merges among ``decisions`` of round ``server_round``, by client id.
-
-    Parameters
-    ----------
-    decisions : sequence of MergeDecision
-        The round's decisions, entities as registration indices into ``client_ids``; those
-        that did not merge are left out.
-    threshold : float
-        The bar each merge cleared (α0 of eq. 16).
-    """
-    return [
-        Merge(
-            server_round,
-            tuple(map(client_ids.__getitem__, d.first)),
-            tuple(map(client_ids.__getitem__, d.second)),
-            d.alpha_min_cross,
-            threshold,
-        )
-        for d in decisions
-        if d.merge
-    ]
-
-
 def flacc_evidence(strategy: FLACC) -> ClusterEvidence:
     """The cosines ``strategy`` merges on (eq. 19, pairs of the last T rounds; frozen at
-    separation), and per entity the lowest α_min^cross at which a merge built it."""
-    weakest: dict[int, float] = {}
-    index = strategy.client_index_
-    for merge in strategy.merges_:
-        # a merge's clients share one entity; the first still registered names it
-        present = next((c for c in (*merge.first, *merge.second) if c in index), None)
-        if present is None:  # every client of the merge has left
-            continue
-        label = int(strategy._labels[strategy._index(present)])
-        weakest[label] = min(weakest.get(label, np.inf), merge.similarity)
+    separation), per entity the lowest α_min^cross at which a merge built it, and the merges
+    of the latest round that merged."""
+    history = strategy.merge_history_
+    last = history.last_round
     sketched = strategy.sketched_
     similarity: Float64Array | KnownPairs
     if sketched is None:
@@ -118,9 +79,9 @@ def flacc_evidence(strategy: FLACC) -> ClusterEvidence:
         measure="cosine similarity of weight updates (FLACC eq. 19), pairs seen in "
         "the last T rounds of the clustering phase",
         settled=strategy.separated_,
-        weakest_merges=weakest,
+        weakest_merges=history.weakest(strategy._labels),
         merge_measure="alpha_min^cross of FLACC eq. 15 (cosine of the least similar "
         "pair across the two merged entities)",
         unrelated=0.0,
-        merges=tuple(strategy.merges_),
+        merges=() if last is None else history.merges_of_round(last),
     )

@@ -1,5 +1,10 @@
 """FLACC's checkpoint beyond its models: entities, counters, merges and its similarity
-memory (α and τ, or under sketches the pair list and the streaming bounds)."""
+memory (α and τ, or under sketches the pair list and the streaming bounds).
+
+The merges are saved as their history's forest (:class:`~.merge_history.MergeHistory`:
+arrays under ``merges/``); a state saved by an earlier version lists every merge with its
+clients (``merges`` in the metadata) and is read into a history of explicit merges.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from coordinator.strategies.evidence import Merge
+from coordinator.strategies.merge_history import MergeHistory
 from coordinator.strategies.streaming import StreamBounds
 
 if TYPE_CHECKING:
     from coordinator.strategies.flacc import FLACC
 
 JsonDict = dict[str, Any]
+
+MERGES = "merges/"
+"""Prefix of the merge history's arrays among the state's."""
 
 
 def flacc_state(strategy: FLACC) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
@@ -26,12 +35,14 @@ def flacc_state(strategy: FLACC) -> tuple[JsonDict, dict[str, np.ndarray[Any, An
         "separated": bool(strategy.separated_),
         "last_alpha_min_cross": strategy.last_alpha_min_cross_,
         "last_passed_over": int(strategy.last_passed_over_),
-        "merges": [asdict(m) for m in strategy.merges_],
     }
+    history_meta, history_arrays = strategy.merge_history_.state()
+    meta["merge_history"] = history_meta
+    arrays = {f"{MERGES}{k}": v for k, v in history_arrays.items()}
     if strategy.sketched_ is not None:
         meta["stream_bounds"] = {k: asdict(b) for k, b in strategy.stream_bounds_.items()}
-        return meta, strategy.sketched_.arrays()
-    return meta, {"alpha": strategy.alpha_.copy(), "tau": strategy.tau_.copy()}
+        return meta, {**strategy.sketched_.arrays(), **arrays}
+    return meta, {"alpha": strategy.alpha_.copy(), "tau": strategy.tau_.copy(), **arrays}
 
 
 def load_flacc_state(
@@ -56,4 +67,10 @@ def load_flacc_state(
     last = meta["last_alpha_min_cross"]
     strategy.last_alpha_min_cross_ = None if last is None else float(last)
     strategy.last_passed_over_ = int(meta.get("last_passed_over", 0))
-    strategy.merges_ = [Merge.from_json(m) for m in meta.get("merges", [])]
+    if "merge_history" in meta:
+        history = {k.removeprefix(MERGES): v for k, v in arrays.items() if k.startswith(MERGES)}
+        strategy.merge_history_ = MergeHistory.load(meta["merge_history"], history, m)
+    else:  # an earlier version's state: every merge with its clients
+        strategy.merge_history_ = MergeHistory.from_merges(
+            strategy.client_ids_, [Merge.from_json(m) for m in meta.get("merges", [])]
+        )

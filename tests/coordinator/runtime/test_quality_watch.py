@@ -27,7 +27,7 @@ def flacc_after_merge(entities: list[tuple[int, ...]], merge: Merge) -> FLACC:
     np.fill_diagonal(alpha, -1.0)  # FLACC's "unknown" on the diagonal
     strategy.alpha_ = alpha
     strategy._set_entities(entities)
-    strategy.merges_ = [merge]
+    strategy.merge_history_.add(merge)
     return strategy
 
 
