@@ -162,7 +162,9 @@ class UpdateStream:
                     f"{result.model_key!r}"
                 )
             self._seen.add((result.client_id, result.model_key))
-            total = self._sums.setdefault(result.model_key, np.zeros(base.shape, np.float64))
+            total = self._sums.get(result.model_key)
+            if total is None:  # not setdefault: its default would be allocated every call
+                total = self._sums[result.model_key] = np.zeros(base.shape, np.float64)
             np.copyto(self._scratch, delta)  # float32 to float64, then a float64 sum: the
             total += self._scratch  # fastest exact way; mixing the types costs twice more
             self._weights[result.model_key] = self._weights.get(result.model_key, 0.0) + weight
