@@ -1,5 +1,6 @@
-"""``quality_maths``: block sums against a pair-by-pair count, the average-linkage split
-against the rescanning implementation it replaced (ties and unknown pairs included)."""
+"""``quality_maths``: block sums against a pair-by-pair count, the average-linkage split —
+on a dense table and on the known pairs — against the rescanning implementation it
+replaced (ties and unknown pairs included)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.strategies import quality_maths
+from coordinator.strategies.known_pairs import KnownPairs
 from coordinator.strategies.quality_maths import (
+    _split_on_pairs,
     average_linkage_split,
     block_sums,
     merge_score,
@@ -120,7 +123,7 @@ def rescanning_split(
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(0, 30),
     unknown=st.floats(0.0, 0.95),
@@ -138,17 +141,28 @@ def test_the_split_is_the_one_rescanning_the_table_finds(
     values[hidden | hidden.T] = np.nan
     members = np.sort(rng.choice(n + 3, size=n, replace=False)).astype(np.intp)
 
-    # Execute
-    split = average_linkage_split(values, members)
+    first, second = np.nonzero(np.triu(~np.isnan(values), 1))
+    pairs = KnownPairs.from_arrays(n + 3, first, second, values[first, second])
+    a, b, within = pairs.within(members)
+
+    # Execute: the matrix, the known pairs (on pairs or a table by their number), and the
+    # join on pairs whatever their number
+    splits = [average_linkage_split(values, members), average_linkage_split(pairs, members)]
+    on_pairs = _split_on_pairs(n, a, b, within) if n >= 2 else None
+    if on_pairs is not None:
+        splits.append(tuple(np.sort(members[np.asarray(p, dtype=np.intp)]) for p in on_pairs))
+    elif n >= 2:
+        splits.append(None)
 
     # Assert
     expected = rescanning_split(values, members)
-    if expected is None:
-        assert split is None
-    else:
-        assert split is not None
-        np.testing.assert_array_equal(split[0], expected[0])
-        np.testing.assert_array_equal(split[1], expected[1])
+    for split in splits:
+        if expected is None:
+            assert split is None
+        else:
+            assert split is not None
+            np.testing.assert_array_equal(split[0], expected[0])
+            np.testing.assert_array_equal(split[1], expected[1])
 
 
 def merge_score_against_groups(
