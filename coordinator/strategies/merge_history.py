@@ -142,24 +142,28 @@ class MergeHistory:
         """Per label of ``labels`` (one per client position), the lowest similarity of a
         merge at least one of whose clients is still registered and carries that label.
 
-        Every client of a merge shares its entity, so any of them names the label."""
+        A merge's clients share one entity unless something moved them without a merge;
+        as an explicit record would be read, the first registered client of the merge's
+        first group (else of its second) names the label."""
         position = np.full(len(self._kind), -1, dtype=np.int64)
         position[self._leaf_of] = np.arange(len(self._leaf_of))
-        # a registered client under each node; children are older than their parents
-        witness = [-1] * len(self._kind)
+        # the first registered client under each node; children are older than parents
+        first = [-1] * len(self._kind)
         for node, kind in enumerate(self._kind):
             if kind == LEAF:
-                witness[node] = int(position[node])
-            elif kind == MERGE:
-                first = witness[self._a[node]]
-                witness[node] = first if first >= 0 else witness[self._b[node]]
+                first[node] = int(position[node])
+                continue
+            if kind == MERGE:
+                under = (first[self._a[node]], first[self._b[node]])
             else:
-                leaves = self._group_leaves[self._a[node] : self._b[node]]
-                witness[node] = next((w for w in map(position.item, leaves) if w >= 0), -1)
+                under = tuple(position[self._group_leaves[self._a[node] : self._b[node]]].tolist())
+            first[node] = min((p for p in under if p >= 0), default=-1)
         weakest: dict[int, float] = {}
         for node, similarity in zip(self._merge_node, self._similarity, strict=True):
-            if witness[node] >= 0:
-                label = int(labels[witness[node]])
+            named = first[self._a[node]]
+            named = named if named >= 0 else first[self._b[node]]
+            if named >= 0:
+                label = int(labels[named])
                 weakest[label] = min(weakest.get(label, np.inf), similarity)
         return weakest
 
