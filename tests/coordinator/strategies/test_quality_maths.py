@@ -150,7 +150,8 @@ def test_the_split_is_the_one_rescanning_the_table_finds(
     splits = [average_linkage_split(values, members), average_linkage_split(pairs, members)]
     on_pairs = _split_on_pairs(n, a, b, within) if n >= 2 else None
     if on_pairs is not None:
-        splits.append(tuple(np.sort(members[np.asarray(p, dtype=np.intp)]) for p in on_pairs))
+        left, right = (members[np.asarray(p, dtype=np.intp)] for p in on_pairs)
+        splits.append((np.sort(left), np.sort(right)))
     elif n >= 2:
         splits.append(None)
 
