@@ -121,7 +121,8 @@ class MergeHistory:
 
     def merges(self) -> tuple[Merge, ...]:
         """Every merge, oldest first, with the client ids of both entities at the time."""
-        return tuple(self._rebuild(k) for k in range(len(self)))
+        subtrees = _Subtrees(self)
+        return tuple(self._rebuild(k, subtrees) for k in range(len(self)))
 
     def merges_of_round(self, server_round: int) -> tuple[Merge, ...]:
         """The merges of ``server_round``, oldest first."""
@@ -131,7 +132,8 @@ class MergeHistory:
                 break
             if self._round[k] == server_round:
                 found.append(k)
-        return tuple(self._rebuild(k) for k in reversed(found))
+        subtrees = _Subtrees(self)
+        return tuple(self._rebuild(k, subtrees) for k in reversed(found))
 
     @property
     def last_round(self) -> int | None:
@@ -311,33 +313,64 @@ class MergeHistory:
             self._present[node] = joined
         return node
 
-    def _members(self, node: int, time: int) -> tuple[str, ...]:
-        """Client ids of the leaves under ``node`` whose client had not left at ``time``,
-        in registration order (a group: in its own order)."""
-        if self._kind[node] == GROUP:
-            group = self._group_leaves[self._a[node] : self._b[node]]
-            return tuple(self._clients[self._a[g]] for g in group if self._time[g] > time)
-        leaves, stack = [], [node]
-        while stack:
-            top = stack.pop()
-            kind = self._kind[top]
-            if kind == LEAF:
-                if self._time[top] > time:
-                    leaves.append(top)
-            elif kind == MERGE:
-                stack.extend((self._a[top], self._b[top]))
-            else:
-                group = self._group_leaves[self._a[top] : self._b[top]]
-                leaves.extend(leaf for leaf in group if self._time[leaf] > time)
-        return tuple(self._clients[self._a[leaf]] for leaf in sorted(leaves))
-
-    def _rebuild(self, k: int) -> Merge:
+    def _rebuild(self, k: int, subtrees: _Subtrees) -> Merge:
         node = self._merge_node[k]
         time = self._time[node]
         return Merge(
             self._round[k],
-            self._members(self._a[node], time),
-            self._members(self._b[node], time),
+            subtrees.members(self._a[node], time),
+            subtrees.members(self._b[node], time),
             self._similarity[k],
             self._threshold[k],
         )
+
+
+class _Subtrees:
+    """The leaves under nodes of ``history``, found breadth-first with numpy and remembered
+    for the merges read together: a cluster grown by many merges is read once, each merge
+    adding its new part to the leaves of the node it grew (a Python walk of every leaf of
+    every merge took 5 s for the 672 merges of one round at 20,000 clients).
+    """
+
+    def __init__(self, history: MergeHistory) -> None:
+        self.kind = np.asarray(history._kind, dtype=np.int64)
+        self.a = np.asarray(history._a, dtype=np.int64)
+        self.b = np.asarray(history._b, dtype=np.int64)
+        self.time = np.asarray(history._time, dtype=np.int64)
+        self.group_leaves = np.asarray(history._group_leaves, dtype=np.int64)
+        self.clients = np.asarray(history._clients, dtype=object)
+        self.found: dict[int, IntArray] = {}
+        self.remembered = np.zeros(len(self.kind), dtype=bool)
+
+    def members(self, node: int, time: int) -> tuple[str, ...]:
+        """Client ids of the leaves under ``node`` whose client had not left at ``time``,
+        in registration order (a group: in its own order)."""
+        leaves = self.leaves(node)
+        leaves = leaves[self.time[leaves] > time]
+        return tuple(self.clients[self.a[leaves]].tolist())
+
+    def leaves(self, node: int) -> IntArray:
+        """Every leaf under ``node``: sorted (registration order) under a merge, in the
+        group's order for a group."""
+        known = self.found.get(node)
+        if known is not None:
+            return known
+        if self.kind[node] == GROUP:
+            leaves = self.group_leaves[self.a[node] : self.b[node]]
+        else:
+            parts: list[IntArray] = []
+            frontier = np.array([node], dtype=np.int64)
+            while frontier.size:
+                seen = self.remembered[frontier]
+                parts.extend(self.found[f] for f in frontier[seen].tolist())
+                frontier = frontier[~seen]
+                kind = self.kind[frontier]
+                parts.append(frontier[kind == LEAF])
+                for group in frontier[kind == GROUP].tolist():
+                    parts.append(self.group_leaves[self.a[group] : self.b[group]])
+                merged = frontier[kind == MERGE]
+                frontier = np.concatenate([self.a[merged], self.b[merged]])
+            leaves = np.sort(np.concatenate(parts))
+        self.found[node] = leaves
+        self.remembered[node] = True
+        return leaves
