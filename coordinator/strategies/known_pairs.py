@@ -139,6 +139,16 @@ class KnownPairs:
         once = column > local
         return local[once], column[once], values[once]
 
+    def across(self, rows: IntArray, columns: IntArray) -> tuple[float, float]:
+        """Sum and number of the known pairs between ``rows`` and ``columns`` (disjoint sets
+        of clients), read from the neighbours of the smaller set."""
+        small, large = (rows, columns) if len(rows) <= len(columns) else (columns, rows)
+        inside = np.zeros(self.n_clients, dtype=bool)
+        inside[np.asarray(large, dtype=np.int64)] = True
+        _, other, values = self.neighbours(np.asarray(small, dtype=np.int64))
+        hit = inside[other]
+        return float(values[hit].sum()), float(np.count_nonzero(hit))
+
     def row_totals(self) -> tuple[Float64Array, Float64Array]:
         """Per client, the sum and the number of its known similarities."""
         m = self.n_clients

@@ -49,6 +49,7 @@ import numpy as np
 from coordinator.strategies.evidence import ClusterEvidence, Merge
 from coordinator.strategies.quality_maths import (
     Similarity,
+    WithinSums,
     average_linkage_split,
     block_sums,
     mean_known,
@@ -222,7 +223,10 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
     if recent:
         index = {c: i for i, c in enumerate(evidence.client_ids)}
         totals = row_totals(similarity)
-        merges = tuple(MergeQuality(m, _score_merge(m, similarity, index, totals)) for m in recent)
+        within: WithinSums = {}  # one entity's pairs read once for all merges growing it
+        merges = tuple(
+            MergeQuality(m, _score_merge(m, similarity, index, totals, within)) for m in recent
+        )
     return RunQuality(
         "learned" if evidence.learned else "given",
         evidence.measure,
@@ -239,13 +243,14 @@ def _score_merge(
     similarity: Similarity,
     index: dict[str, int],
     totals: tuple[Float64Array, Float64Array],
+    within: WithinSums,
 ) -> float | None:
     """:func:`merge_score` of ``merge`` against today's clusters less its two groups."""
     first = np.asarray([index[c] for c in merge.first if c in index], dtype=np.intp)
     second = np.asarray([index[c] for c in merge.second if c in index], dtype=np.intp)
     if not len(first) or not len(second):
         return None
-    return merge_score(similarity, first, second, totals)
+    return merge_score(similarity, first, second, totals, within)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -39,11 +39,17 @@ def _known_rows(
         yield begin, np.where(known, block, 0.0), known
 
 
+WithinSums = dict[bytes, tuple[float, float]]
+"""Sum and number of the known pairs among a group of clients, by the group's sorted indices
+(:func:`merge_score` on known pairs fills and reads it)."""
+
+
 def merge_score(
     similarity: Similarity,
     first: IntArray,
     second: IntArray,
     totals: tuple[Float64Array, Float64Array],
+    within_sums: WithinSums | None = None,
 ) -> float | None:
     """Score in [0, 1] of merging the clients ``first`` and ``second``, every other client
     being the rest (:mod:`coordinator.strategies.quality` defines it).
@@ -59,6 +65,14 @@ def merge_score(
         so the cost is O(j²) for j merged clients, not O(j·m) (for known pairs, the number
         of the j clients' known pairs): a round of FLACC at 10,000 clients scores hundreds
         of merges.
+    within_sums : WithinSums, optional
+        For known pairs: the pairs among groups already read. The pairs among the merged
+        clients are those among each group and those across; the groups' are taken from
+        here where present (a cluster grown by several merges in one round: each merge's
+        group is the previous one's result) or read once, the merged clients' stored, and
+        the pairs across are read from the smaller group's neighbours. Scoring the merges
+        of a round in order with one mapping then reads each entity's pairs once, not once
+        per merge that grows it.
 
     Returns
     -------
@@ -71,11 +85,15 @@ def merge_score(
     joined = np.concatenate([first, second])
     split = len(first)
     if isinstance(similarity, KnownPairs):
-        a, b, values = similarity.within(joined)  # each pair once, a < b
-        across = (a < split) & (b >= split)
-        inner = (float(values.sum()), float(len(values)))
+        known = {} if within_sums is None else within_sums
+        between_sum, between_count = similarity.across(first, second)
+        sums = [_pairs_among(similarity, group, known) for group in (first, second)]
+        inner = (
+            sums[0][0] + sums[1][0] + between_sum,
+            sums[0][1] + sums[1][1] + between_count,
+        )
+        known[np.sort(joined).tobytes()] = inner
         twice = (2 * inner[0], 2 * inner[1])
-        between_sum, between_count = float(values[across].sum()), float(across.sum())
     else:
         block = similarity[np.ix_(joined, joined)]
         known = ~np.isnan(block)
@@ -97,6 +115,18 @@ def merge_score(
     if between is None or reference is None or cohesion is None:
         return None
     return share(between - reference, cohesion - reference)
+
+
+def _pairs_among(pairs: KnownPairs, group: IntArray, known: WithinSums) -> tuple[float, float]:
+    """Sum and number of the known pairs among ``group``, from ``known`` or read (and kept)."""
+    if len(group) < 2:
+        return 0.0, 0.0
+    key = np.sort(group).tobytes()
+    found = known.get(key)
+    if found is None:
+        _, _, values = pairs.within(group)
+        found = known[key] = (float(values.sum()), float(len(values)))
+    return found
 
 
 def row_totals(similarity: Similarity) -> tuple[Float64Array, Float64Array]:
@@ -162,48 +192,49 @@ def _split_on_pairs(
     """Average linkage on the known pairs (a, b, value) of n members: the last two parts
     as member positions, or None.
 
-    Each part keeps its known neighbours' sums and counts in dicts, and a heap holds every
-    pair's mean with the pair (earlier part first), so that the largest mean pops first
-    and ties go to the earliest pair, as in the dense table. A join moves the removed
-    part's neighbours into the kept part's and pushes their new means; entries whose mean
-    changed since are skipped when they pop. The sums are added in the table's order (kept
-    part's first), so the means, and the joins, are the table's to the bit.
+    Each part keeps, per known neighbour, the sum and number of the pairs between them in
+    a dict, and a heap holds every pair's mean with the pair (earlier part first), so that
+    the largest mean pops first and ties go to the earliest pair, as in the dense table. A
+    join moves the removed part's neighbours into the kept part's and pushes their new
+    means; entries whose mean changed since are skipped when they pop. The sums are added in
+    the table's order (kept part's first), so the means, and the joins, are the table's to
+    the bit.
     """
-    sums: list[dict[int, float]] = [{} for _ in range(n)]
-    counts: list[dict[int, float]] = [{} for _ in range(n)]
+    links: list[dict[int, tuple[float, float]]] = [{} for _ in range(n)]
     heap: list[tuple[float, int, int]] = []
     for i, j, value in zip(a.tolist(), b.tolist(), values.tolist(), strict=True):
-        sums[i][j] = sums[j][i] = value
-        counts[i][j] = counts[j][i] = 1.0
-        heap.append((-value, min(i, j), max(i, j)))
+        links[i][j] = links[j][i] = (value, 1.0)
+        heap.append((-value, i, j) if i < j else (-value, j, i))
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     parts = [[i] for i in range(n)]
     alive = [True] * n
     for _ in range(n - 2):
         while True:
             if not heap:
                 return None
-            mean, keep, drop = heapq.heappop(heap)
-            current = sums[keep].get(drop) if alive[keep] and alive[drop] else None
-            if current is not None and -(current / counts[keep][drop]) == mean:
+            mean, keep, drop = pop(heap)
+            link = links[keep].get(drop) if alive[keep] and alive[drop] else None
+            if link is not None and -(link[0] / link[1]) == mean:
                 break
-        kept_sums, kept_counts = sums[keep], counts[keep]
+        kept = links[keep]
         parts[keep].extend(parts[drop])
         alive[drop] = False
-        del kept_sums[drop], kept_counts[drop]
-        for other, removed in sums[drop].items():
+        del kept[drop]
+        for other, moved in links[drop].items():
             if other == keep:
                 continue
-            value, count = removed, counts[drop][other]
-            if other in kept_sums:
-                value, count = kept_sums[other] + value, kept_counts[other] + count
-            kept_sums[other] = sums[other][keep] = value
-            kept_counts[other] = counts[other][keep] = count
-            del sums[other][drop], counts[other][drop]
-            heapq.heappush(heap, (-(value / count), min(keep, other), max(keep, other)))
-        sums[drop], counts[drop] = {}, {}
+            old = kept.get(other)
+            link = moved if old is None else (old[0] + moved[0], old[1] + moved[1])
+            kept[other] = link
+            theirs = links[other]
+            theirs[keep] = link
+            del theirs[drop]
+            mean = -(link[0] / link[1])
+            push(heap, (mean, keep, other) if keep < other else (mean, other, keep))
+        links[drop] = {}
     first, second = (i for i in range(n) if alive[i])
-    if second not in sums[first]:
+    if second not in links[first]:
         return None
     return parts[first], parts[second]
 

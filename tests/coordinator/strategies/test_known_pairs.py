@@ -81,13 +81,17 @@ def assert_close(found: object, expected: object) -> None:
 
 
 def merges_of(labels: np.ndarray, ids: tuple[str, ...]) -> tuple[Merge, ...]:
-    """For each cluster, a merge of its first half with the rest, in round 3."""
+    """For each cluster, in round 3, its first third merged with its second, and the two
+    with the rest (a cluster of two: one merge): a merge whose group the previous made."""
     found = []
     for k in sorted(set(labels.tolist())):
-        members = [ids[i] for i in np.flatnonzero(labels == k)]
-        if len(members) >= 2:
-            half = len(members) // 2
-            found.append(Merge(3, tuple(members[:half]), tuple(members[half:]), 0.5, 0.0))
+        members = tuple(ids[i] for i in np.flatnonzero(labels == k))
+        third = max(len(members) // 3, 1)
+        if len(members) >= 3:
+            found.append(Merge(3, members[:third], members[third : 2 * third], 0.5, 0.0))
+            found.append(Merge(3, members[: 2 * third], members[2 * third :], 0.4, 0.0))
+        elif len(members) == 2:
+            found.append(Merge(3, members[:1], members[1:], 0.5, 0.0))
     return tuple(found)
 
 
