@@ -48,12 +48,12 @@ groups, and the growth of the mean step time from the smallest N against n·log 
 ``--quality`` (FLACC) also times, once after the last round, what the coordinator's quality
 watch runs after every round (``assess(strategy.cluster_evidence())``: the remembered pairs
 as a list, cluster cohesion, margins, weakest links and the round's merges), and the peak
-RSS it reaches. ``--checkpoint`` (FLACC) times, once after the last round, the checkpoint
-the coordinator writes after every round (the strategy's state through
-:func:`~coordinator.engine.state.save_state`, fsync included, wall seconds) and reading it
-back, and prints the two files' sizes. ``--json`` writes one object per N with ``agents``,
-``seconds_per_step``, ``peak_rss_mb`` and ``ari_vs_exact`` (and the other columns). Numbers
-only, no pass/fail.
+RSS it reaches. ``--checkpoint`` (FLACC) times, once after the last round, what the
+coordinator writes after every round (the strategy's state through
+:func:`~coordinator.engine.state.save_state` with the run summary, fsync included, and
+``summary.json``; wall seconds) and reading the state back, and prints the files' sizes.
+``--json`` writes one object per N with ``agents``, ``seconds_per_step``, ``peak_rss_mb``
+and ``ari_vs_exact`` (and the other columns). Numbers only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -73,11 +73,14 @@ from process_memory import own_peak_rss_bytes, run_json_worker
 from server_scale_updates import SyntheticFleet, recorded_updates
 
 from coordinator.engine.state import ARRAYS_FILE, META_FILE, EngineState, load_state, save_state
+from coordinator.runtime.quality_watch import MERGE_CLIENTS_LISTED
+from coordinator.runtime.run_summary import RunSummary, summary_text
 from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
+from faultfleet.files import atomic_write
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
 
@@ -207,26 +210,37 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def time_checkpoint(strategy: Strategy, server_round: int) -> dict[str, float]:
-    """Seconds to take ``strategy``'s state and write it as the coordinator's checkpoint
-    (:func:`~coordinator.engine.state.save_state`, fsync included) into a temporary
-    folder, seconds to read it back into the strategy, and the files' sizes."""
-    state = {"server_round": server_round}
+    """Seconds to write what the coordinator saves after every round into a temporary
+    folder — the strategy's state through :func:`~coordinator.engine.state.save_state`
+    (fsync included) with the run summary in its service section, and ``summary.json`` —
+    seconds to read the state back into the strategy, and the files' sizes. The summary
+    holds the agents and the quality watch's figures as the watch writes them (assessed
+    beforehand, untimed)."""
+    summary = RunSummary("bench", strategy.name, server_round=server_round)
+    summary.agents = list(strategy.client_ids_)
+    quality = assess(strategy.cluster_evidence(), server_round)
+    summary.cluster_quality = quality.to_json(listed=MERGE_CLIENTS_LISTED)
     with tempfile.TemporaryDirectory(prefix="faultfleet-checkpoint-") as folder:
         started = time.perf_counter()
         taken = strategy.state_dict()
-        engine = EngineState({**state, "strategy": taken.meta}, dict(taken.arrays))
-        written = save_state(Path(folder), engine)
+        meta = {"server_round": server_round, "strategy": taken.meta}
+        meta["service"] = {"summary": summary.to_json()}
+        written = save_state(Path(folder) / "engine", EngineState(meta, dict(taken.arrays)))
+        text = summary_text(summary)
+        atomic_write(Path(folder) / "summary.json", lambda f: f.write(text))
         seconds = time.perf_counter() - started
         started = time.perf_counter()
-        loaded = load_state(Path(folder))
+        loaded = load_state(Path(folder) / "engine")
         strategy.load_state_dict(StrategyState(dict(loaded.arrays), loaded.meta["strategy"]))
         load_seconds = time.perf_counter() - started
         sizes = {p.name: p.stat().st_size / MB for p in written.iterdir()}
+        summary_mb = (Path(folder) / "summary.json").stat().st_size / MB
     return {
         "checkpoint_seconds": seconds,
         "checkpoint_load_seconds": load_seconds,
         "checkpoint_meta_mb": sizes[META_FILE],
         "checkpoint_arrays_mb": sizes[ARRAYS_FILE],
+        "checkpoint_summary_mb": summary_mb,
     }
 
 
@@ -344,7 +358,8 @@ def main() -> None:
                 f"{row['checkpoint_seconds']:.3f} s, read back in "
                 f"{row['checkpoint_load_seconds']:.3f} s; state.json "
                 f"{row['checkpoint_meta_mb']:.1f} MB, arrays.npz "
-                f"{row['checkpoint_arrays_mb']:.1f} MB",
+                f"{row['checkpoint_arrays_mb']:.1f} MB, summary.json "
+                f"{row['checkpoint_summary_mb']:.1f} MB",
                 flush=True,
             )
     if args.json is not None:

@@ -58,11 +58,17 @@ def format_quality(document: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"  weakest merge {document['merge_measure']}")
     for merge in borderline_merges:
         lines.append(
-            f"  borderline merge in round {merge['round']}: {len(merge['first'])} + "
-            f"{len(merge['second'])} clients at similarity {_number(merge.get('similarity'))}, "
+            f"  borderline merge in round {merge['round']}: {_size(merge, 'first')} + "
+            f"{_size(merge, 'second')} clients at similarity {_number(merge.get('similarity'))}, "
             f"score {_number(merge.get('score'))}"
         )
     return lines
+
+
+def _size(merge: Mapping[str, Any], group: str) -> int:
+    """A merge's group size: given, or (results written before sizes were) its listed ids."""
+    size = merge.get(f"{group}_size")
+    return int(size) if isinstance(size, int) else len(merge[group])
 
 
 def _number(value: object) -> str:

@@ -14,15 +14,14 @@ with other settings.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coordinator.adapters.publisher import ModelPublisher
 from coordinator.engine.rounds import RoundEngine
 from coordinator.engine.state import EngineState, has_state, load_state, save_state
-from coordinator.runtime.run_summary import RunSummary
+from coordinator.runtime.run_summary import RunSummary, summary_text
 from coordinator.runtime.settings import RunSettings
 from faultfleet.errors import UsageError
 from faultfleet.files import atomic_write
@@ -114,7 +113,7 @@ class ServiceCheckpoint:
             "run_id": summary.run_id,
             "clients": summary.agents,
             "run": run_identity(self.run),
-            "summary": asdict(summary),
+            "summary": summary.to_json(),
             "published": sorted(publisher.published_clusters),
         }
         save_state(self.engine_dir, state)
@@ -124,5 +123,5 @@ class ServiceCheckpoint:
         """Replace ``state_dir/summary.json`` atomically; nothing without a summary."""
         if summary is None:
             return
-        text = json.dumps(asdict(summary), indent=2, sort_keys=True).encode()
+        text = summary_text(summary)
         atomic_write(self.state_dir / "summary.json", lambda f: f.write(text))

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,17 @@ class RunSummary:
     privacy: dict[str, Any] | None = None
     """With differential privacy on, the privacy spent so far
     (:meth:`coordinator.strategies.privacy.PrivacyReport.to_json`: ε, δ, σ, C, q, rounds)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields by name, for ``json.dump`` right away: the values are JSON-ready and
+        shared, not copied (``dataclasses.asdict`` copied every list and dict, 1.4 s for
+        the 1.5 million client ids of one round's merges at 20,000 agents)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def summary_text(summary: RunSummary) -> bytes:
+    """``summary.json``'s bytes: the summary indented, keys sorted, for people and scripts."""
+    return json.dumps(summary.to_json(), indent=2, sort_keys=True).encode()
 
 
 def load_summary(state_dir: Path) -> dict[str, Any] | None:

@@ -119,13 +119,16 @@ class MergeQuality:
         """Whether the score is below :data:`BORDERLINE`."""
         return self.score is not None and self.score < BORDERLINE
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready copy."""
+    def to_json(self, listed: int | None = None) -> dict[str, Any]:
+        """A JSON-ready copy: each group's size, and its client ids (the first ``listed``
+        of them when given)."""
         m = self.merge
         return {
             "round": m.round,
-            "first": list(m.first),
-            "second": list(m.second),
+            "first": list(m.first[:listed]),
+            "second": list(m.second[:listed]),
+            "first_size": len(m.first),
+            "second_size": len(m.second),
             "similarity": m.similarity,
             "threshold": m.threshold,
             "score": self.score,
@@ -172,8 +175,9 @@ class RunQuality:
         """The scored merges whose score is below :data:`BORDERLINE`."""
         return tuple(m for m in self.merges if m.borderline)
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready copy (``results.json``, ``summary.json``)."""
+    def to_json(self, listed: int | None = None) -> dict[str, Any]:
+        """A JSON-ready copy (``results.json``, ``summary.json``); with ``listed``, each
+        merge names the first ``listed`` clients of a group (its size is always given)."""
         return {
             "basis": self.basis,
             "measure": self.measure,
@@ -183,7 +187,7 @@ class RunQuality:
             "min_margin": self.min_margin,
             "borderline_clusters": self.borderline_clusters,
             "clusters": [c.to_json() for c in self.clusters],
-            "merges": [r.to_json() for r in self.merges],
+            "merges": [r.to_json(listed) for r in self.merges],
         }
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from coordinator.strategies.base import Merge
 from coordinator.strategies.evidence import ClusterEvidence
-from coordinator.strategies.quality import assess
+from coordinator.strategies.quality import MergeQuality, assess
 from faultfleet_apps.quality_table import SHOWN, format_quality
 
 
@@ -44,6 +44,22 @@ def test_a_borderline_cluster_and_merge_are_named() -> None:
     assert lines[-2] == "  weakest merge n/a: this strategy does not build clusters by merging"
     assert lines[-1] == (
         "  borderline merge in round 5: 2 + 2 clients at similarity 0.100, score 0.000"
+    )
+
+
+def test_a_merge_listed_in_part_is_counted_by_its_sizes() -> None:
+    # Prepare: a summary naming the first clients of a merge of 70 and 60
+    merge = Merge(5, tuple(f"a{i}" for i in range(70)), tuple(f"b{i}" for i in range(60)), 0.1, 0.0)
+    listed = MergeQuality(merge, 0.2).to_json(listed=3)
+    doc = {"basis": "learned", "merges": [listed], "clusters": []}
+
+    # Execute
+    lines = format_quality(doc)
+
+    # Assert
+    assert listed["first"] == ["a0", "a1", "a2"]
+    assert lines[-1] == (
+        "  borderline merge in round 5: 70 + 60 clients at similarity 0.100, score 0.200"
     )
 
 

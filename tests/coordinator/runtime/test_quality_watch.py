@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from coordinator.adapters.metrics import CoordinatorMetrics
-from coordinator.runtime.quality_watch import QualityWatch
+from coordinator.runtime.quality_watch import MERGE_CLIENTS_LISTED, QualityWatch
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.strategies.base import Merge
 from coordinator.strategies.flacc import FLACC
@@ -90,3 +90,22 @@ def test_a_settled_borderline_cluster_is_logged_once(caplog: pytest.LogCaptureFi
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].startswith("round 20: borderline cluster 0 of [m00, m01, m02, m03]")
+
+
+def test_the_summary_lists_at_most_the_first_clients_of_a_large_merge() -> None:
+    # Prepare: a merge of 70 clients with 60 others, in round 7
+    ids = [f"m{i:03d}" for i in range(130)]
+    strategy = FLACC()
+    strategy.initialize(ids, seeded_factory())
+    strategy._set_entities([tuple(range(130))])
+    strategy.merge_history_.add(Merge(7, tuple(ids[:70]), tuple(ids[70:]), 0.5, 0.0))
+    summary = RunSummary(run_id="r", strategy="flacc")
+
+    # Execute
+    QualityWatch(CoordinatorMetrics()).observe(strategy, 7, summary)
+
+    # Assert: the first MERGE_CLIENTS_LISTED of each group, and both sizes
+    merge = summary.cluster_quality["merges"][0]
+    assert merge["first"] == ids[:MERGE_CLIENTS_LISTED]
+    assert merge["second"] == ids[70 : 70 + MERGE_CLIENTS_LISTED]
+    assert (merge["first_size"], merge["second_size"]) == (70, 60)
