@@ -226,6 +226,21 @@ class MergeHistory:
         references = np.concatenate([merge_node, group_leaves, leaf_of, root_of, impure])
         if references.size and (references.min() < 0 or references.max() >= nodes):
             raise ValueError("saved merge history points outside its nodes")
+        first, second = columns[0], columns[1]
+        older = np.arange(nodes)
+        merged, leaf, grouped = kind == MERGE, kind == LEAF, kind == GROUP
+        broken = (
+            ~(merged | leaf | grouped)
+            | (merged & ((first < 0) | (first >= older) | (second < 0) | (second >= older)))
+            | (leaf & ((first < 0) | (first >= len(names))))
+            | (grouped & ((first < 0) | (second < first) | (second > len(group_leaves))))
+        )
+        if broken.any():
+            raise ValueError(
+                f"saved merge history has a malformed node ({int(np.argmax(broken))}): its "
+                "kind, operands, client or group lie outside the history; the state file is "
+                "damaged — restore an earlier checkpoint"
+            )
         history._kind = kind.tolist()
         history._a, history._b, history._time = (c.tolist() for c in columns)
         history._clients = names

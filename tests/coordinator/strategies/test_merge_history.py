@@ -187,6 +187,9 @@ def test_explicit_merges_keep_their_clients_and_order() -> None:
         (lambda a: a.update(similarity=np.zeros(5)), "unequal lengths"),
         (lambda a: a.update(root_of=np.array([0, 99])), "points outside"),
         (lambda a: a.update(leaf_of=np.array([0])), "covers 1 clients, the state 2"),
+        (lambda a: a.update(a=np.array([0, 1, 2])), "malformed node \\(2\\)"),
+        (lambda a: a.update(a=np.array([0, 5, 0])), "malformed node \\(1\\)"),
+        (lambda a: a.update(kind=np.array([0, 0, 7], dtype=np.int8)), "malformed node"),
     ],
 )
 def test_a_damaged_saved_history_is_refused_with_what_is_wrong(change: Any, message: str) -> None:
