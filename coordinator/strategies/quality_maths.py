@@ -147,14 +147,14 @@ def sparse_split_limit(n: int) -> float:
     """The mean number of known partners per member up to which :func:`average_linkage_split`
     joins a cluster of ``n`` members on its known pairs rather than on a dense table.
 
-    On the 2-core development machine a join on the table cost about 100 µs plus 0.085 µs
-    per member whatever the pairs, a join on the pairs about 6–10 µs per known partner of
+    On the 2-core development machine a join on the table cost about 120 µs plus 0.05 µs
+    per member whatever the pairs, a join on the pairs about 5–12 µs per known partner of
     the part it removes: FLACC's evidence (12 partners per member) split 3× faster on its
     pairs in clusters of 1,500 members and 4× in clusters of 3,000; IFCA's same-model
-    evidence (79 partners) 2× faster on the table in clusters of 2,500 and 1.5× in clusters
-    of 5,000. The limit is where the two estimates meet.
+    evidence (79 partners) 2.5× faster on the table in clusters of 2,500. The limit is
+    where the two estimates meet.
     """
-    return 10.0 + n / 128.0
+    return 20.0 + n / 128.0
 
 
 def average_linkage_split(
