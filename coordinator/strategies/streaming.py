@@ -162,9 +162,7 @@ class UpdateStream:
                     f"{result.model_key!r}"
                 )
             self._seen.add((result.client_id, result.model_key))
-            total = self._sums.get(result.model_key)
-            if total is None:  # not setdefault: its default would be allocated every call
-                total = self._sums[result.model_key] = np.zeros(base.shape, np.float64)
+            total = self._sum_of(result.model_key, base)
             np.copyto(self._scratch, delta)  # float32 to float64, then a float64 sum: the
             total += self._scratch  # fastest exact way; mixing the types costs twice more
             self._weights[result.model_key] = self._weights.get(result.model_key, 0.0) + weight
@@ -225,9 +223,17 @@ class UpdateStream:
                 base = self.models.get(key)
                 if base is None:
                     raise ValueError(f"partial sums of unknown model {key!r}")
-                self._sums.setdefault(key, np.zeros(base.shape, np.float64))[...] += part.total
+                self._sum_of(key, base)[...] += part.total
                 self._weights[key] = self._weights.get(key, 0.0) + part.weight
                 self._reports[key] = self._reports.get(key, AggregateReport()) + part.report
+
+    def _sum_of(self, key: str, base: FloatArray) -> Float64Array:
+        """Model ``key``'s running sum, started at zero the first time (not with setdefault,
+        whose default would be allocated with every update). Call it holding the lock."""
+        total = self._sums.get(key)
+        if total is None:
+            total = self._sums[key] = np.zeros(base.shape, np.float64)
+        return total
 
     def _weight_and_scale(self, result: FitResult, norm: float) -> tuple[float, float, bool]:
         """An update's weight (its capped sample count; 1 under privacy) and clip factor."""
