@@ -73,14 +73,15 @@ from process_memory import own_peak_rss_bytes, run_json_worker
 from server_scale_updates import SyntheticFleet, recorded_updates
 
 from coordinator.engine.state import ARRAYS_FILE, META_FILE, EngineState, load_state, save_state
+from coordinator.runtime.checkpoint import ServiceCheckpoint
 from coordinator.runtime.quality_watch import MERGE_CLIENTS_LISTED
-from coordinator.runtime.run_summary import RunSummary, summary_text
+from coordinator.runtime.run_summary import RunSummary
+from coordinator.runtime.settings import RunSettings
 from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
-from faultfleet.files import atomic_write
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
 
@@ -226,8 +227,7 @@ def time_checkpoint(strategy: Strategy, server_round: int) -> dict[str, float]:
         meta = {"server_round": server_round, "strategy": taken.meta}
         meta["service"] = {"summary": summary.to_json()}
         written = save_state(Path(folder) / "engine", EngineState(meta, dict(taken.arrays)))
-        text = summary_text(summary)
-        atomic_write(Path(folder) / "summary.json", lambda f: f.write(text))
+        ServiceCheckpoint(Path(folder), RunSettings()).write_summary(summary)
         seconds = time.perf_counter() - started
         started = time.perf_counter()
         loaded = load_state(Path(folder) / "engine")
