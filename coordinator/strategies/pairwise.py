@@ -170,9 +170,10 @@ class UpdateComparer:
         self, updates: Sequence[FloatArray], first: IntArray, second: IntArray
     ) -> Float64Array:
         """``matrix(updates)[first, second]``, shape (q,), float64. On sketches of more than
-        :data:`PAIRS_MATRIX_UP_TO` updates only those pairs are computed, a few thousand at
-        a time: k updates with p partners each cost k·p·d, not k²·d, and no k × k matrix is
-        built. Fewer updates take the matrix, which one matrix product makes faster."""
+        :data:`PAIRS_MATRIX_UP_TO` updates only those pairs are computed, a cache-sized
+        chunk at a time (:func:`~.sketch.pair_dots`): k updates with p partners each cost
+        k·p·d, not k²·d, and no k × k matrix is built. Fewer updates take the matrix, which
+        one matrix product makes faster."""
         if len(first) == 0:
             return np.zeros(0)
         if self.sketcher is None or len(updates) <= PAIRS_MATRIX_UP_TO:

@@ -113,7 +113,8 @@ class UpdateSketcher:
             raise ValueError(f"expected a vector of shape ({self.n_params},), got {values.shape}")
         if self.identity:
             return values.copy()
-        folded = np.zeros(self._rows * self.dim, dtype=np.float32)
+        folded = np.empty(self._rows * self.dim, dtype=np.float32)
+        folded[self.n_params :] = 0.0  # the last row's padding
         np.multiply(values, self._signs, out=folded[: self.n_params])
         sketched: FloatArray = folded.reshape(self._rows, self.dim).sum(axis=0)
         return sketched
@@ -122,7 +123,8 @@ class UpdateSketcher:
         """S·x / ‖S·x‖, shape (d,), float32 (all zeros for a zero sketch): cosines between
         sketches are then dot products."""
         sketched = self.sketch(vector)
-        norm = float(np.linalg.norm(sketched.astype(np.float64)))
+        wide = sketched.astype(np.float64)
+        norm = math.sqrt(float(np.dot(wide, wide)))  # what numpy.linalg.norm computes
         return sketched / np.float32(norm) if norm > 0 else sketched
 
 
@@ -141,9 +143,16 @@ def sketch_cosine_matrix(sketches: Sequence[FloatArray] | FloatArray) -> Float64
     return similarity
 
 
-PAIR_CHUNK = 4096
-"""Pairs whose dot products :func:`pair_dots` takes in one vectorised step (bounds the two
-gathered (chunk, d) temporaries)."""
+PAIR_CHUNK_BYTES = 512 * 1024
+"""What the two gathered (chunk, d) temporaries of one vectorised step of :func:`pair_dots`
+may hold together: small enough to stay in a core's cache. 2,500 float32 rows of
+d = 1,423 (a round of 10,000 agents) and their 40,000 sampled pairs took 48.8 ms in chunks of 4,096
+pairs and 31.3 ms in chunks of 64 (median of 7, one thread), the same dot products."""
+
+
+def pair_chunk(dim: int, itemsize: int) -> int:
+    """Pairs per vectorised step of :func:`pair_dots` for rows of ``dim`` values."""
+    return max(1, PAIR_CHUNK_BYTES // (2 * max(dim, 1) * itemsize))
 
 
 def pair_dots(rows: npt.NDArray[Any], first: IntArray, second: IntArray) -> npt.NDArray[Any]:
@@ -151,9 +160,10 @@ def pair_dots(rows: npt.NDArray[Any], first: IntArray, second: IntArray) -> npt.
     unit sketches, the cosines of the pairs, without the k × k matrix."""
     if len(first) == 0:
         return np.zeros(0, dtype=rows.dtype)
+    chunk = pair_chunk(rows.shape[1], rows.itemsize)
     return np.concatenate(
         [
-            np.einsum("qd,qd->q", rows[first[i : i + PAIR_CHUNK]], rows[second[i : i + PAIR_CHUNK]])
-            for i in range(0, len(first), PAIR_CHUNK)
+            np.einsum("qd,qd->q", rows[first[i : i + chunk]], rows[second[i : i + chunk]])
+            for i in range(0, len(first), chunk)
         ]
     )

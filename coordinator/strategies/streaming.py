@@ -124,8 +124,6 @@ class UpdateStream:
         self._weights: dict[str, float] = {}
         self._reports: dict[str, AggregateReport] = {}
         self._updates: list[StreamedUpdate] = []
-        size = next(iter(self.models.values())).shape if self.models else (0,)
-        self._scratch = np.zeros(size, dtype=np.float64)
         self._seen: set[tuple[str, str]] = set()
 
     def add(self, result: FitResult) -> StreamedUpdate:
@@ -163,8 +161,7 @@ class UpdateStream:
                 )
             self._seen.add((result.client_id, result.model_key))
             total = self._sum_of(result.model_key, base)
-            np.copyto(self._scratch, delta)  # float32 to float64, then a float64 sum: the
-            total += self._scratch  # fastest exact way; mixing the types costs twice more
+            np.add(total, delta, out=total)  # delta widened to float64 chunk by chunk
             self._weights[result.model_key] = self._weights.get(result.model_key, 0.0) + weight
             report = AggregateReport(1, int(scale < 1.0), int(capped))
             self._reports[result.model_key] = (
@@ -192,8 +189,8 @@ class UpdateStream:
             if key not in self._seen:
                 raise ValueError(f"no update of {key[0]!r} for {key[1]!r} to retract")
             self._seen.discard(key)
-            np.copyto(self._scratch, delta)
-            self._sums[result.model_key] -= self._scratch
+            total = self._sums[result.model_key]
+            np.subtract(total, delta, out=total)
             self._weights[result.model_key] -= weight
             old = self._reports[result.model_key]
             self._reports[result.model_key] = AggregateReport(

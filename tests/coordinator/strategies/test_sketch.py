@@ -9,7 +9,13 @@ import pytest
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.pairwise import SKETCH_FLEET, comparer_for, resolve
-from coordinator.strategies.sketch import UpdateSketcher, jl_dimension, sketch_cosine_matrix
+from coordinator.strategies.sketch import (
+    UpdateSketcher,
+    jl_dimension,
+    pair_chunk,
+    pair_dots,
+    sketch_cosine_matrix,
+)
 from faultfleet.scoring import adjusted_rand_index
 
 
@@ -56,6 +62,34 @@ def test_the_same_seed_gives_the_same_sketch_and_another_seed_another() -> None:
 
     assert first.tobytes() == again.tobytes()
     assert not np.array_equal(first, other)
+
+
+def test_a_sketch_adds_every_dth_parameter_with_its_sign() -> None:
+    # Prepare: 1,000 parameters in d = 97 buckets (a prime): the last of 11 rows is padded
+    n, sketcher = 1000, UpdateSketcher(1000, 97, seed=2)
+    assert sketcher.dim == 97
+
+    # Execute: the sketches of the unit vectors are the columns of S (many calls, so that
+    # reused buffers hold earlier values)
+    columns = np.stack([sketcher.sketch(np.eye(1, n, i, dtype=np.float32)[0]) for i in range(n)])
+    vector = np.random.default_rng(4).standard_normal(n).astype(np.float32)
+
+    # Assert: parameter i goes to bucket i mod d with a sign, nothing else; S is linear
+    buckets = np.arange(n) % 97
+    np.testing.assert_array_equal(np.abs(columns[np.arange(n), buckets]), np.ones(n))
+    assert np.count_nonzero(columns) == n
+    np.testing.assert_allclose(sketcher.sketch(vector), vector @ columns, rtol=1e-5, atol=1e-5)
+
+
+def test_pair_dots_are_the_dot_products_of_every_pair_across_chunks() -> None:
+    rows = np.random.default_rng(5).standard_normal((300, 64))
+    first, second = np.arange(300).repeat(5), np.arange(1500) % 299
+    assert pair_chunk(64, rows.itemsize) < len(first)  # several chunks
+
+    dots = pair_dots(rows, first, second)
+
+    np.testing.assert_allclose(dots, (rows[first] * rows[second]).sum(axis=1), rtol=1e-12)
+    assert pair_dots(rows, first[:0], second[:0]).shape == (0,)
 
 
 def test_a_dimension_above_the_length_keeps_the_vector() -> None:
