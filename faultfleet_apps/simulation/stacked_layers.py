@@ -18,13 +18,22 @@ bound by oneDNN's grouped convolutions. Alternatives that looked faster for one 
 isolation were not faster within a whole step, and were dropped: the wide first layer as
 unfolded windows times a batched matmul (slower: the copy of overlapping windows),
 the same layer rewritten space-to-depth as a stride-1 convolution over s·C channels, and
-channels-last activations (each within noise of the plain grouped convolution). Nor was
-the whole network channels last, every 1-D convolution as its windows unrolled (one copy)
-times the weights in one batched matrix product over the clients: a whole training step
-on one thread was 1.04–1.07× faster than grouped at k = 6 and 1.16–1.22× slower at
-k = 12 (three interleaved sets of 20 steps each), presumably as the unrolled windows,
-three times the activations, leave the cache; it would lose where many clients train
-together.
+channels-last activations (each within noise of the plain grouped convolution).
+
+Nor was the whole network channels last, every plain 1-D convolution as its windows
+unrolled into a (b·L, K·C) matrix per client times the weights in one batched matrix
+product (a layout and an autograd function of its own, equal to ``conv1d`` in outputs and
+gradients over generated geometries). A first version ran a whole training step on one
+thread at 0.82–1.14× the grouped convolution's speed (k = 2, 6, 12); a second, unrolling
+a tap at a time and giving its gradient back contiguous, at 0.93–1.13× in two lanes of
+k = 6 (median about 1.07×, twelve sets), 0.96–1.15× at k = 12 and 0.98–1.12× at k = 3
+(six sets each), and slower for the ``paper`` model's wide layers. Whole rounds settled
+it: ``bench_round_training.py --threads 2 --repeats 3`` in four interleaved pairs, batched
+in two lanes (what the simulator runs on the CPU), 1.90 / 2.52 / 3.11 / 2.72 s grouped
+against 1.92 / 2.71 / 2.74 / 2.91 s as matrix products. What the search did find:
+``x[..., :even]`` of a row already even is still a view with a backward that copies the
+gradient into a zero-filled tensor, so :func:`pair_max_pool` slices only odd lengths
+(1.00–1.05× a step, the same gradients to the bit).
 """
 
 from __future__ import annotations
@@ -79,7 +88,9 @@ def pair_max_pool(x: torch.Tensor) -> torch.Tensor:
     its first element.
     """
     even = x.shape[-1] // 2 * 2
-    return PairMax.apply(x[..., :even])  # type: ignore[no-untyped-call,no-any-return]
+    if even < x.shape[-1]:  # a view of all of x would still cost a copy of its gradient
+        x = x[..., :even]
+    return PairMax.apply(x)  # type: ignore[no-untyped-call,no-any-return]
 
 
 def is_pair_pool(module: nn.Module) -> bool:
