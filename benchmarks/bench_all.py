@@ -194,6 +194,18 @@ def peers_rows(doc: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def compile_rows(doc: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            "compile",
+            f"{doc['model']} ms per training step on {doc['device']}, torch.compile (vs eager)",
+            doc["compiled_ms_per_step"],
+            doc["eager_ms_per_step"],
+            "lower",
+        )
+    ]
+
+
 def server_scale_document(path: Path) -> dict[str, Any]:
     """``bench_server_scale.py`` writes a list of rows."""
     rows = json.loads(path.read_text())
@@ -238,6 +250,7 @@ SUITE = (
         server_scale_rows,
     ),
     Benchmark("peers", "bench_peers.py", ("--repeats", "1", "--rounds", "3"), peers_rows),
+    Benchmark("compile", "bench_compile.py", ("--steps", "30", "--repeats", "3"), compile_rows),
 )
 
 

@@ -64,6 +64,23 @@ def test_the_worker_rows_give_each_count_against_one_worker() -> None:
     assert "| peers | failed: exit status 1 | | | | |" in table
 
 
+def test_the_compile_row_gives_the_compiled_step_against_the_eager_one() -> None:
+    document = {
+        "model": "compact",
+        "device": "cpu",
+        "eager_ms_per_step": 12.0,
+        "compiled_ms_per_step": 18.0,
+    }
+
+    rows = bench_all.compile_rows(document)
+    table = bench_all.table(rows, {})
+
+    assert (
+        "| compile | compact ms per training step on cpu, torch.compile (vs eager) | 18 | 12 "
+        "| 1.50 | lower |" in table
+    )
+
+
 @pytest.mark.integration
 def test_the_windowing_benchmark_ends_in_the_table(tmp_path: Path) -> None:
     done = subprocess.run(
