@@ -65,12 +65,13 @@ SKETCH_DIM = 1063
 
 
 def start_workers(
-    count: int, broker: RunningBroker, state_dir: Path
+    count: int, broker: RunningBroker, state_dir: Path, check_threads: int
 ) -> list[subprocess.Popen[bytes]]:
-    """``count`` ingest-worker processes on ``broker``, journaling under ``state_dir``."""
+    """``count`` ingest-worker processes on ``broker``, journaling under ``state_dir``, each
+    checking updates in ``check_threads`` threads."""
     config = state_dir / "ingest.toml"
     config.write_text(
-        f'worker_id = "w0"\nstate_dir = "{state_dir}"\n'
+        f'worker_id = "w0"\nstate_dir = "{state_dir}"\ncheck_threads = {check_threads}\n'
         f'[broker]\nhost = "{broker.host}"\nport = {broker.port}\n'
     )
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -93,13 +94,18 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 def workers_run(
-    work: Workload, count: int, repeat: int, trained: np.ndarray, journal_dir: Path
+    work: Workload,
+    count: int,
+    repeat: int,
+    trained: np.ndarray,
+    journal_dir: Path,
+    check_threads: int,
 ) -> tuple[float, float]:
     """One round through ``count`` workers: (seconds to the last summary, close seconds)."""
     n = len(work.agents)
     with ExitStack() as stack:
         state = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=journal_dir)))
-        workers = start_workers(count, work.broker, state)
+        workers = start_workers(count, work.broker, state, check_threads)
         stack.callback(stop_workers, workers)
         settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
         link = MqttConnection(
@@ -139,9 +145,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="compact")
     parser.add_argument("--updates", type=int, default=400)
+    parser.add_argument(
+        "--check-threads", type=int, default=2, help="each worker's check_threads (>= 1)"
+    )
     parser.add_argument("--journal-dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
+    if args.check_threads < 1:
+        parser.error("--check-threads must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print("command: python " + shlex.join(sys.argv))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -172,7 +183,9 @@ def main() -> None:
         for repeat in range(args.repeats):
             times["raw"].append(raw_run(work).seconds)
             for k in args.workers:
-                seconds, close_s = workers_run(work, k, repeat, trained, args.journal_dir)
+                seconds, close_s = workers_run(
+                    work, k, repeat, trained, args.journal_dir, args.check_threads
+                )
                 times[f"{k}"].append(seconds)
                 closes[f"{k}"].append(close_s)
     n = args.updates

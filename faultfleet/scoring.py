@@ -25,8 +25,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sklearn.metrics import adjusted_rand_score
-
 
 @dataclass(frozen=True)
 class ClusteringScores:
@@ -61,6 +59,11 @@ def adjusted_rand_index(true: Sequence[int], found: Sequence[int]) -> float:
         1.0 for identical partitions (including both being a single cluster), about 0.0
         for independent ones.
     """
+    # Imported here: scikit-learn takes about a second and tens of MB to import, and the
+    # processes that use this module for trim_count only (ingest workers, robust
+    # aggregation) never score clusters.
+    from sklearn.metrics import adjusted_rand_score  # noqa: PLC0415
+
     _check_labels(true, found)
     return float(adjusted_rand_score(list(true), list(found)))
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from coordinator.adapters.ingest_worker import IngestWorker
 from coordinator.adapters.journal import RoundJournal
-from coordinator.runtime.ingest_settings import IngestWorkerSettings
+from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from faultfleet.wire.dispatch import Will
 from faultfleet.wire.ingest_messages import IngestWorkerStatus
 from faultfleet.wire.mqtt import MqttConnection

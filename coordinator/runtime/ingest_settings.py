@@ -1,51 +1,27 @@
-"""Settings of ingest workers: ``faultfleet ingest-worker``'s (a TOML file plus
-``FAULTFLEET_INGEST_*`` overrides; nested keys with a double underscore:
-``FAULTFLEET_INGEST_BROKER__HOST=mq1``) and the coordinator's ``[ingest]`` section, which
-makes its fit rounds go through the workers (docs/deploy.md, "Ingest workers").
+"""The coordinator's ``[ingest]`` section, which makes its fit rounds go through ingest
+workers (docs/deploy.md, "Ingest workers"); the workers' own settings are in
+:mod:`coordinator.runtime.ingest_worker_settings`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import SettingsConfigDict
 
 from coordinator.adapters.ingest_coordinator import IngestCoordinator
 from coordinator.adapters.ingest_fleet import WorkerIngest
-from coordinator.adapters.ingest_worker import SHARE_GROUP
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.runtime.ingest_worker_settings import Name
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.streaming import StreamingStrategy
 from faultfleet.clock import Clock
 from faultfleet.wire.mqtt import MqttConnection
-from faultfleet.wire.settings import BrokerSettings, FileSettings
 from faultfleet.wire.topics import Topics
 
 logger = logging.getLogger(__name__)
-
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
-
-
-class IngestWorkerSettings(FileSettings):
-    """Everything ``faultfleet ingest-worker`` reads at start."""
-
-    model_config = SettingsConfigDict(
-        extra="forbid", frozen=True, env_nested_delimiter="__", env_prefix="FAULTFLEET_INGEST_"
-    )
-
-    worker_id: Name
-    """Unique among the coordinator's workers (its summaries topic and MQTT client id)."""
-    state_dir: Path = Path("/var/lib/faultfleet/ingest")
-    """The worker's round journal lives in ``state_dir/worker_id``."""
-    check_threads: Annotated[int, Field(ge=1, le=64)] = 2
-    """Threads checking and decoding updates off the network thread."""
-    share_group: Name = SHARE_GROUP
-    """The shared subscription's group: the same for every worker of one coordinator."""
-    broker: BrokerSettings = BrokerSettings()
 
 
 class IngestSettings(BaseModel):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.runtime.ingest_service import IngestWorkerService
-from coordinator.runtime.ingest_settings import IngestWorkerSettings
+from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from faultfleet.wire.settings import load_settings
 from faultfleet_apps.cli.runtime import stop_on_signals
 

@@ -50,8 +50,13 @@ REGISTRATIONS = (
 )
 """The modules that register subcommands, and their registering functions, in order."""
 
-SERVICE_COMMANDS = frozenset({"agent", "coordinator"})
-"""Commands whose process registers only its own module's commands (see :func:`main`)."""
+SERVICE_COMMANDS = {
+    "agent": "faultfleet_apps.cli.runtime",
+    "coordinator": "faultfleet_apps.cli.runtime",
+    "ingest-worker": "faultfleet_apps.cli.ingest",
+}
+"""Commands whose process registers only the commands of the module that registers them
+(see :func:`main`), and that module."""
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 70
@@ -83,7 +88,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     registrations = (
-        [r for r in REGISTRATIONS if r[0] == "faultfleet_apps.cli.runtime"]
+        [r for r in REGISTRATIONS if r[0] == SERVICE_COMMANDS[command]]
         if command in SERVICE_COMMANDS
         else REGISTRATIONS
     )
@@ -96,10 +101,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (also for ``--help`` and bad options).
 
-    ``faultfleet agent`` and ``faultfleet coordinator`` build a parser of the service
-    commands only: the other commands' modules import the simulator, the image benchmarks
-    and torch to describe their options, which a gateway's agent, whose idle memory counts,
-    does not need (it loads torch for its first task only).
+    ``faultfleet agent``, ``faultfleet coordinator`` and ``faultfleet ingest-worker`` build
+    a parser of their own module's commands only: the other commands' modules import the
+    simulator, the image benchmarks and torch to describe their options, which a gateway's
+    agent, whose idle memory counts, does not need (it loads torch for its first task only),
+    nor does an ingest worker (never).
     """
     given = sys.argv[1:] if argv is None else list(argv)
     command = next((word for word in given if not word.startswith("-")), None)

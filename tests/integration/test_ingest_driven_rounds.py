@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.runtime.ingest_service import IngestWorkerService
-from coordinator.runtime.ingest_settings import IngestSettings, IngestWorkerSettings
+from coordinator.runtime.ingest_settings import IngestSettings
+from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings, RunSettings, TrainSettings

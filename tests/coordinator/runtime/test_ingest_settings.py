@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from coordinator.runtime.ingest_settings import IngestSettings, IngestWorkerSettings
+from coordinator.runtime.ingest_settings import IngestSettings
+from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from coordinator.runtime.settings import CoordinatorSettings
 from faultfleet.wire.settings import SettingsError, load_settings
 

@@ -1,5 +1,7 @@
-"""``faultfleet agent`` and ``coordinator`` parse with the service commands only, and the
-agent's command line loads neither torch, the coordinator nor the simulator's extras."""
+"""``faultfleet agent``, ``coordinator`` and ``ingest-worker`` parse with their own module's
+commands only; the agent's command line loads neither torch, the coordinator nor the
+simulator's extras, and the ingest worker's neither torch, scikit-learn, SciPy nor the
+strategies."""
 
 from __future__ import annotations
 
@@ -25,6 +27,16 @@ heavy = ("torch", "sklearn", "coordinator", "matplotlib", "tqdm", "faultfleet_ap
 print(json.dumps([name for name in heavy if name in sys.modules]))
 """
 
+INGEST_WORKER_COMMAND_LINE = """
+import json, sys
+from faultfleet_apps.cli.main import build_parser
+args = build_parser("ingest-worker").parse_args(["ingest-worker", "--config", "w.toml"])
+import coordinator.runtime.ingest_service
+heavy = ("torch", "sklearn", "scipy", "matplotlib", "tqdm", "faultfleet_apps.simulation",
+         "coordinator.strategies.registry")
+print(json.dumps([name for name in heavy if name in sys.modules]))
+"""
+
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -32,16 +44,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return chosen
 
 
-@pytest.mark.parametrize("command", ["agent", "coordinator"])
+@pytest.mark.parametrize("command", ["agent", "coordinator", "ingest-worker"])
 def test_the_service_parser_is_the_full_parsers_subcommand(command: str) -> None:
     full, lean = _subparser(build_parser(), command), _subparser(build_parser(command), command)
 
     assert lean.format_help() == full.format_help()
 
 
-def test_the_agents_command_line_loads_no_torch_coordinator_or_simulator() -> None:
+@pytest.mark.parametrize(
+    "command_line",
+    [AGENT_COMMAND_LINE, INGEST_WORKER_COMMAND_LINE],
+    ids=["agent", "ingest-worker"],
+)
+def test_the_service_command_lines_load_none_of_what_they_do_not_use(command_line: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", AGENT_COMMAND_LINE],
+        [sys.executable, "-c", command_line],
         capture_output=True,
         text=True,
         check=True,
