@@ -14,7 +14,9 @@ eager / compiled (above 1: compiling pays) and the largest weight difference bet
 two copies after the same steps (rounding of fused kernels; informational).
 
 On the CPU the compiled step needs a C++ compiler (Inductor generates C++); on a GPU,
-Triton. ``--device cuda`` times with ``torch.cuda.synchronize()`` around each round.
+Triton. ``--device cuda`` trains with deterministic kernels, as agents and the simulator do
+there (:func:`edge_agent.batching.select_device`), and times with
+``torch.cuda.synchronize()`` around each round.
 Numbers only, no pass/fail.
 """
 
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edge_agent.batching import select_device
 from edge_agent.optimisation import make_optimizer
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
@@ -97,7 +100,7 @@ def main() -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here (CPU build or no GPU)")
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = select_device(args.device)  # on a GPU, deterministic kernels, as agents train
     generator = torch.Generator().manual_seed(0)
     batches = [
         (
