@@ -41,6 +41,7 @@ import numpy as np
 from coordinator.strategies.agglomeration import Agglomeration, Entity, MergeDecision
 from coordinator.strategies.cohesion import CohesionCheck
 from coordinator.strategies.pair_memory import PairMemory, entity_table
+from faultfleet.gc_pause import collector_paused
 from faultfleet.types import IntArray
 
 _OPEN, _REFUSED, _GONE = 0, 1, 2
@@ -239,8 +240,23 @@ def agglomerate_pairs(
     """Up to ``n_merge`` greedy merges (Algorithm 1, lines 13–18) on the pairs of ``memory``.
 
     Parameters and result as :func:`~coordinator.strategies.agglomeration.agglomerate`,
-    with the known pairs of ``memory`` in place of α.
+    with the known pairs of ``memory`` in place of α. The cyclic garbage collector is off
+    meanwhile (:func:`~faultfleet.gc_pause.collector_paused`): the graph's heap entries,
+    rows and decisions are hundreds of thousands of short-lived containers at 10,000
+    agents, which set off full collections of the coordinator's heap, and hold no cycles.
     """
+    with collector_paused():
+        return _agglomerate(memory, entities, alpha0, n_merge, next_pair, cohesion_share)
+
+
+def _agglomerate(
+    memory: PairMemory,
+    entities: Sequence[Entity],
+    alpha0: float,
+    n_merge: int,
+    next_pair: bool,
+    cohesion_share: float | None,
+) -> Agglomeration:
     graph = _Graph(memory, entities, cohesion_share)
     decisions: list[MergeDecision] = []
     passed_over = merges = 0

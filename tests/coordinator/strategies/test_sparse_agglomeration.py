@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
+from coordinator.strategies import sparse_agglomeration
 from coordinator.strategies.agglomeration import Agglomeration, agglomerate
 from coordinator.strategies.pair_memory import PairMemory
 from coordinator.strategies.sparse_agglomeration import agglomerate_pairs
@@ -79,3 +82,27 @@ def test_no_known_cross_pair_merges_nothing_and_decides_nothing() -> None:
 
     assert outcome.entities == entities
     assert outcome.decisions == ()
+
+
+def test_merging_runs_with_the_collector_off_and_leaves_it_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Prepare: record the collector's state at every merge
+    states: list[bool] = []
+    merge = sparse_agglomeration._Graph.merge
+
+    def recording(graph: sparse_agglomeration._Graph, row: int) -> None:
+        states.append(gc.isenabled())
+        merge(graph, row)
+
+    monkeypatch.setattr(sparse_agglomeration._Graph, "merge", recording)
+    gc.enable()
+    memory = grouped_memory(0, 40, 4, 0.6)
+
+    # Execute
+    outcome = agglomerate_pairs(memory, [(i,) for i in range(40)], alpha0=0.0, n_merge=200)
+
+    # Assert
+    assert len(states) == 40 - len(outcome.entities) > 0
+    assert not any(states)
+    assert gc.isenabled()
