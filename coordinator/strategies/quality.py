@@ -58,6 +58,7 @@ from coordinator.strategies.quality_maths import (
     row_totals,
     share,
 )
+from faultfleet.gc_pause import collector_paused
 from faultfleet.types import Float64Array, IntArray
 
 BORDERLINE = 0.5
@@ -200,7 +201,16 @@ def assess(evidence: ClusterEvidence, server_round: int | None = None) -> RunQua
         Score the merges made in this round (judged on the similarities and clusters the
         evidence holds now, which are those the merges of its last round saw); none when
         omitted.
+
+    The cyclic garbage collector is off meanwhile (:func:`~faultfleet.gc_pause.
+    collector_paused`): the splits of large clusters build heaps and dicts of short-lived
+    containers, which set off full collections of the coordinator's heap.
     """
+    with collector_paused():
+        return _assess(evidence, server_round)
+
+
+def _assess(evidence: ClusterEvidence, server_round: int | None) -> RunQuality:
     labels = np.asarray(evidence.labels, dtype=np.int64)
     names = sorted(set(evidence.labels))
     members = [np.flatnonzero(labels == k) for k in names]

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import gc
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from coordinator.strategies import quality as quality_module
 from coordinator.strategies.base import Merge
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.quality import BORDERLINE, RunQuality, assess
-from coordinator.strategies.quality_maths import average_linkage_split, merge_score, row_totals
+from coordinator.strategies.quality_maths import (
+    average_linkage_split,
+    block_sums,
+    merge_score,
+    row_totals,
+)
 
 
 def blocks(groups: list[int], within: float, cross: float) -> np.ndarray:
@@ -305,3 +314,25 @@ def test_figures_follow_client_order_and_ignore_unit_and_offset(
         assert got[key] == pytest.approx(value, abs=1e-9)
     assert permuted.confidence == pytest.approx(base.confidence, abs=1e-9)
     assert affine.confidence == pytest.approx(base.confidence, abs=1e-9)
+
+
+def test_assessing_runs_with_the_collector_off_and_leaves_it_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Prepare: record the collector's state when the cluster sums are taken
+    states: list[bool] = []
+
+    def recording(*args: Any) -> Any:
+        states.append(gc.isenabled())
+        return block_sums(*args)
+
+    monkeypatch.setattr(quality_module, "block_sums", recording)
+    gc.enable()
+
+    # Execute
+    quality = assess(evidence(blocks([0, 0, 1, 1], 0.8, 0.2), [0, 0, 1, 1]))
+
+    # Assert
+    assert quality.confidence == pytest.approx(1.0)
+    assert states == [False]
+    assert gc.isenabled()
