@@ -28,8 +28,10 @@ Time is the process's CPU time (``time.process_time``), the generation of the up
 out: on a shared machine the wall time of a step also counts the time the process waited for
 a core (printed too, as ``wall``, the generation included). Each N runs in a fresh process
 (one BLAS thread: one core), so its peak RSS (``VmHWM``,
-:func:`process_memory.own_peak_rss_bytes`) is its own: the interpreter, numpy, the 48
-recorded updates and the perturbation pool included (about 150 MB before the first round).
+:func:`process_memory.own_peak_rss_bytes`) is its own: the interpreter, the 48 recorded
+updates, the perturbation pool and the modules imported included, the coordinator's
+checkpoint and settings with torch among them, as the coordinator service loads them
+(about 370 MB before the first round; about 150 MB before those imports were added).
 The *exact* path, run in another process for the ARI, is the same server step with every
 pair of every round and the exact cosines of the full updates (the sketch switched off by an
 ε whose dimension exceeds the model); on fleets it can handle, the merging there takes the
