@@ -23,7 +23,8 @@ An agent that goes offline mid-round (its last will) fails its open tasks at onc
 just never answers fails at the deadline. One whose ``online`` status arrives mid-round gets
 its unanswered tasks again (:meth:`AnswerCollector.resend`): the broker may have lost them,
 or the answers, when it restarted — the agent reconnecting announces itself again, and a
-reconnecting coordinator receives every retained status anew. The agent answers a repeated
+reconnecting coordinator receives every retained status anew (which sends again only the
+tasks that left on an earlier connection of the coordinator). The agent answers a repeated
 task once (:mod:`edge_agent.task_worker`); a second answer is ignored as a duplicate.
 
 With ingest workers (:mod:`coordinator.adapters.ingest_fleet`) the collector leaves the
@@ -184,8 +185,10 @@ class AnswerCollector(OpenTasks):
                 if pending.done:
                     continue
             payload = encode_frame(header, body)
+            outgoing = self.connection.outgoing_connection()
             with self._lock:
                 self._sent[pending.task_id] = (header, body)
+                self._sent_on[pending.task_id] = outgoing
             try:
                 bytes_down += self.connection.publish(self.topics.tasks(pending.agent_id), payload)
             except (ValueError, RuntimeError) as error:
@@ -193,20 +196,39 @@ class AnswerCollector(OpenTasks):
         self.metrics.payload_sent_bytes.inc(bytes_down)
         return self._close_round(deadline), bytes_down
 
-    def resend(self, agent_id: str) -> None:
+    def resend(self, agent_id: str, *, retained: bool = False) -> None:
         """Publish again the tasks of ``agent_id`` in the round in flight still unanswered.
 
         Called when the agent's ``online`` status arrives (network thread): after a broker
         restart the tasks, or their answers, may be lost. Each goes out unchanged but for
         its ``issued_at``, so its task id is the same. It runs on the agent's worker
         thread, after the answers that arrived before the status.
-        """
-        self._workers.call(agent_id, lambda: self._resend(agent_id))
 
-    def _resend(self, agent_id: str) -> None:
+        ``retained``: the status is the retained one the broker delivered because this
+        coordinator subscribed (at every connection), not an agent announcing itself
+        again. Only the tasks that left on an earlier connection go out again then: the
+        agent was online before this connection, so those sent on it reach it (QoS 1), and
+        a coordinator that resumed a round after a restart, and sent the unanswered tasks
+        before the retained statuses were read, sends none twice.
+        """
+        received_on = self.connection.connection_number if retained else None
+        self._workers.call(agent_id, lambda: self._resend(agent_id, received_on))
+
+    def _resend(self, agent_id: str, retained_on: int | None) -> None:
+        """Send again ``agent_id``'s unanswered tasks; with ``retained_on``, the number of
+        the connection that delivered a retained status, only those sent before it."""
+        outgoing = self.connection.outgoing_connection()
         with self._lock:
             unanswered = self._collection.unanswered(agent_id)
-            frames = [self._sent[p.task_id] for p in unanswered if p.task_id in self._sent]
+            ids = [
+                p.task_id
+                for p in unanswered
+                if p.task_id in self._sent
+                and (retained_on is None or self._sent_on.get(p.task_id, 0) < retained_on)
+            ]
+            frames = [self._sent[i] for i in ids]
+            for task_id in ids:
+                self._sent_on[task_id] = outgoing
         send_again(self.connection, self.topics.tasks(agent_id), frames, self.clock, self.metrics)
 
     def agent_offline(self, agent_id: str) -> None:

@@ -173,10 +173,11 @@ class MqttFleet:
         """Fail the open tasks of an agent that went offline, so the round need not wait."""
         self.answers.agent_offline(agent_id)
 
-    def resend(self, agent_id: str) -> None:
+    def resend(self, agent_id: str, *, retained: bool = False) -> None:
         """Publish again the unanswered tasks of an agent whose ``online`` status arrived
-        (:meth:`AnswerCollector.resend`)."""
-        self.answers.resend(agent_id)
+        (:meth:`AnswerCollector.resend`; ``retained``: the status was delivered because
+        the coordinator subscribed)."""
+        self.answers.resend(agent_id, retained=retained)
 
     def waiting_for(self) -> list[str]:
         """Agents with a task of the round in flight still unanswered; empty between rounds."""

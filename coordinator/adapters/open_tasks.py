@@ -62,6 +62,8 @@ class OpenTasks:
         self._collection = Collection()
         self._sent: dict[str, tuple[AnyTaskMessage, bytes]] = {}
         """Header and body of every task of the round in flight that was published."""
+        self._sent_on: dict[str, int] = {}
+        """The broker connection each task of :attr:`_sent` last left on (its number)."""
         self._closed = ClosedTasks()
         self._aborted = False
         self._reopened: set[str] = set()
@@ -91,7 +93,7 @@ class OpenTasks:
                 self.round_clock.wait(self._answered, remaining_s)
             if self._aborted:
                 self._collection = Collection()
-                self._sent = {}
+                self._sent, self._sent_on = {}, {}
                 raise RoundAbortedError("the coordinator is stopping; the round was abandoned")
             # Updates that arrived in time but are still being journaled count for the round.
             self._answered.wait_for(lambda: not self._collection.writing(), timeout=60.0)
@@ -103,7 +105,7 @@ class OpenTasks:
                     )
                 self._closed.add(pending.task_id)
             self._collection = Collection()
-            self._sent = {}
+            self._sent, self._sent_on = {}, {}
         return collection
 
     def waiting_for(self) -> list[str]:

@@ -28,8 +28,8 @@ answers while the coordinator is away. A broker restart may still lose tasks or 
 flight: every agent's ``online`` status — which a reconnecting coordinator receives again as
 retained messages, and which a reconnecting agent publishes again — sends that agent's
 unanswered tasks of the round in flight once more
-(:meth:`~coordinator.adapters.mqtt_answers.AnswerCollector.resend`), so no round waits out
-its deadline for them.
+(:meth:`~coordinator.adapters.mqtt_answers.AnswerCollector.resend`; a retained status only
+those that left on an earlier connection), so no round waits out its deadline for them.
 """
 
 from __future__ import annotations
@@ -193,9 +193,11 @@ class CoordinatorService:
             self.fleet.agent_offline(agent_id)
 
     def _agent_online(self, agent_id: str) -> None:
-        # After a broker restart the agent's tasks or answers may be lost: ask again.
+        # After a broker restart the agent's tasks or answers may be lost: ask again. Called
+        # from the status handler on the network thread, where the connection tells whether
+        # the status is a retained one delivered on this coordinator's subscription.
         if self.fleet is not None:
-            self.fleet.resend(agent_id)
+            self.fleet.resend(agent_id, retained=self.connection.delivering_retained)
 
     def _status(self, state: str) -> bytes:
         summary = self.summary

@@ -121,6 +121,8 @@ class MqttConnection:
         self._mqtt5 = mqtt5
         self._persistent = persistent_session
         self._network_thread: int | None = None
+        self._connection_number = 0
+        self._delivering_retained = False
         self._client = self._make_client(will, persistent_session, reconnect_min_s, reconnect_max_s)
         self._sender = Sender(self._client, client_id, settings, self.broker_address)
         self._subscriber = Subscriber(self._client)
@@ -163,6 +165,25 @@ class MqttConnection:
     def connected(self) -> bool:
         """Whether the broker has accepted the connection (CONNACK) and not lost it since."""
         return self._state.connected
+
+    @property
+    def connection_number(self) -> int:
+        """How many times the broker accepted this client's connection: the number of the
+        connection now up (or last up), 0 before the first."""
+        return self._connection_number
+
+    def outgoing_connection(self) -> int:
+        """The number of the connection a message published now leaves on: the current one
+        while connected, else the next (the client queues it until it reconnects)."""
+        with self._state.lock:
+            return self._connection_number + (0 if self._state.connected else 1)
+
+    @property
+    def delivering_retained(self) -> bool:
+        """Read by a handler, on the network thread: whether the message it handles is a
+        retained one the broker delivered because this client subscribed (on every
+        connection), rather than one published since the subscription."""
+        return self._delivering_retained
 
     @property
     def connect_failure(self) -> ConnectFailure | None:
@@ -341,6 +362,7 @@ class MqttConnection:
             flags.session_present,
         )
         with self._state.lock:
+            self._connection_number += 1
             self._state.subscriptions.reset()
             self._subscriber.settle()
             for topic_filter in self.dispatcher.filters():
@@ -397,4 +419,8 @@ class MqttConnection:
         except UnicodeDecodeError:
             logger.warning("dropped a message whose topic is not UTF-8: %r", message._topic)
             return
-        self.dispatcher.dispatch(topic, bytes(message.payload))
+        self._delivering_retained = bool(message.retain)
+        try:
+            self.dispatcher.dispatch(topic, bytes(message.payload))
+        finally:
+            self._delivering_retained = False

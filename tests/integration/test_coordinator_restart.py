@@ -135,10 +135,9 @@ def test_killed_coordinator_resumes_the_interrupted_round_from_its_state_dir(
     }
     for agent in REAL_AGENTS:
         assert [h.server_round for h in fit_tasks[agent]] == list(range(1, ROUNDS + 1)), agent
-    # slow's round-3 task goes out again from the resumed round, and once more if slow's
-    # retained online status reaches the new process only after the round resumed (a race
-    # with the start-up: an online status asks for the unanswered tasks again, and an agent
-    # answers a repeated task once); never a fourth time, and never changed
-    rounds = [h.server_round for h in fit_tasks["slow"]]
-    assert rounds in ([1, 2, 3, 3, 4], [1, 2, 3, 3, 3, 4])
-    assert len({h.task_id for h in fit_tasks["slow"] if h.server_round == KILLED_IN_ROUND}) == 1
+    # slow's round-3 task goes out again once, from the resumed round: slow's retained online
+    # status, which the new process may read only after the round resumed, sends again only
+    # tasks that left on an earlier connection of this process
+    assert [h.server_round for h in fit_tasks["slow"]] == [1, 2, 3, 3, 4]
+    first_try, second_try = (h.task_id for h in fit_tasks["slow"] if h.server_round == 3)
+    assert first_try == second_try

@@ -8,6 +8,7 @@ to its registry by hand, in the order a restarted coordinator may receive them.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -19,7 +20,7 @@ from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
-from coordinator.adapters.round_tasks import Collection
+from coordinator.adapters.round_tasks import Collection, RoundAbortedError
 from coordinator.strategies.robust import AggregationPolicy
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import FitResult, FitTask, TrainConfig
@@ -295,3 +296,89 @@ def test_a_streamed_update_is_folded_once_journaled_and_not_kept(tmp_path: Path)
     assert {u.client_id for u in stream.updates()} == {"a", "b"}
     np.testing.assert_allclose(stream.average("global"), np.full(10, 2.0))
     assert len(RoundJournal(tmp_path).accepted()) == 2
+
+
+# -- unanswered tasks sent again -----------------------------------------------------------
+
+
+class NumberedConnection(MqttConnection):
+    """A connection never started that keeps the topics published to; which broker
+    connection it is on (:attr:`number`) is set by the test."""
+
+    def __init__(self) -> None:
+        super().__init__(client_id="never-started", settings=BrokerSettings())
+        self.number = 1
+        self.published: list[str] = []
+
+    @property
+    def connection_number(self) -> int:
+        return self.number
+
+    def outgoing_connection(self) -> int:
+        return self.number
+
+    def publish(self, topic: str, payload: bytes | str, **_: object) -> int:
+        self.published.append(topic)
+        return len(payload)
+
+
+def test_a_retained_status_sends_again_only_the_tasks_of_earlier_connections(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a's fit task of round 1 is sent on connection 1 and never answered
+    registry = AgentRegistry()
+    registry.update(status("a", "online"))
+    connection = NumberedConnection()
+    mqtt_fleet = MqttFleet(
+        connection,
+        Topics(),
+        registry,
+        CLIENTS,
+        run_id="run-1",
+        model=ModelSpec(name="compact", sample_shape=(1, 1024), n_classes=12),
+        n_params=10,
+        encoding=TensorEncoding(),
+        deadline_s=30.0,
+        min_quorum=1,
+        journal=RoundJournal(tmp_path),
+        metrics=CoordinatorMetrics(CollectorRegistry()),
+        max_payload_bytes=1 << 20,
+    ).start()
+    mqtt_fleet.begin_round(1, replay=False)
+    frames = mqtt_fleet.frames.fit(
+        1, [FitTask("a", {"global": np.zeros(10, dtype=np.float32)}, TrainConfig(), seed=1)]
+    )
+    aborted: list[bool] = []
+
+    def run_round() -> None:
+        try:
+            mqtt_fleet.answers.dispatch(frames, {})
+        except RoundAbortedError:
+            aborted.append(True)
+
+    round_thread = threading.Thread(target=run_round)
+    round_thread.start()
+    sent = Topics().tasks("a")
+    deadline = time.monotonic() + 30
+    while connection.published != [sent] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    answers = mqtt_fleet.answers
+    counts: list[int] = []
+
+    # Execute: the retained status delivered on subscribing (connection 1); a's own new
+    # status; a reconnection (connection 2) and the retained status again, twice
+    for retained, number in ((True, 1), (False, 1), (True, 2), (True, 2)):
+        connection.number = number
+        answers.resend("a", retained=retained)
+        done = threading.Event()
+        answers._workers.call("a", done.set)  # after the resend on a's worker thread
+        assert done.wait(30)
+        counts.append(len(connection.published))
+    mqtt_fleet.abort()
+    round_thread.join(30)
+    mqtt_fleet.close()
+
+    # Assert: sent once, then again for the agent's own status and once after the reconnection
+    assert counts == [1, 2, 3, 3]
+    assert connection.published == [sent] * 3
+    assert aborted == [True]

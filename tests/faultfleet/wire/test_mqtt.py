@@ -246,6 +246,38 @@ def test_reconnects_and_resubscribes_after_the_broker_restarts(
     assert changes == [True, False, True, False]
 
 
+def test_handlers_tell_retained_deliveries_and_connections_are_numbered(
+    broker: RunningBroker, connect: Connect
+) -> None:
+    # Prepare: a retained message before the receiver subscribes
+    connect("retain-sender").publish_wait("ff/flag/old", b"retained", retain=True)
+    seen: list[tuple[bytes, bool]] = []
+    receiver = connect("flag-reader", start=False)
+    receiver.route(
+        "ff/flag/#", lambda _, payload: seen.append((payload, receiver.delivering_retained))
+    )
+    before = (receiver.connection_number, receiver.outgoing_connection())
+
+    # Execute: connect; a message published after the subscription; the broker restarts
+    receiver.start()
+    assert receiver.wait_subscribed(TIMEOUT_S)
+    connect("fresh-sender").publish_wait("ff/flag/new", b"fresh")
+    assert _wait_until(lambda: len(seen) == 2)
+    first = (receiver.connection_number, receiver.outgoing_connection())
+    broker.stop()
+    assert _wait_until(lambda: not receiver.connected)
+    while_down = (receiver.connection_number, receiver.outgoing_connection())
+    with start_broker(prefer="mosquitto", port=broker.port, workdir=broker.workdir):
+        assert receiver.wait_subscribed(TIMEOUT_S)
+        again = (receiver.connection_number, receiver.outgoing_connection())
+        receiver.stop()
+
+    # Assert: the retained message is told apart from the fresh one, and only in a handler
+    assert seen[:2] == [(b"retained", True), (b"fresh", False)]
+    assert not receiver.delivering_retained
+    assert (before, first, while_down, again) == ((0, 1), (1, 1), (1, 2), (2, 2))
+
+
 def test_persistent_session_receives_qos1_messages_sent_while_it_was_away(
     connect: Connect,
 ) -> None:
