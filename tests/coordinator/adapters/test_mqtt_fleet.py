@@ -39,10 +39,13 @@ def status(agent_id: str, state: Literal["online", "offline"]) -> AgentStatus:
 
 
 def fleet(
-    journal_dir: Path, registry: AgentRegistry, metrics: CoordinatorMetrics | None = None
+    journal_dir: Path,
+    registry: AgentRegistry,
+    metrics: CoordinatorMetrics | None = None,
+    connection: MqttConnection | None = None,
 ) -> MqttFleet:
     return MqttFleet(
-        MqttConnection(client_id="never-started", settings=BrokerSettings()),
+        connection or MqttConnection(client_id="never-started", settings=BrokerSettings()),
         Topics(),
         registry,
         CLIENTS,
@@ -329,21 +332,7 @@ def test_a_retained_status_sends_again_only_the_tasks_of_earlier_connections(
     registry = AgentRegistry()
     registry.update(status("a", "online"))
     connection = NumberedConnection()
-    mqtt_fleet = MqttFleet(
-        connection,
-        Topics(),
-        registry,
-        CLIENTS,
-        run_id="run-1",
-        model=ModelSpec(name="compact", sample_shape=(1, 1024), n_classes=12),
-        n_params=10,
-        encoding=TensorEncoding(),
-        deadline_s=30.0,
-        min_quorum=1,
-        journal=RoundJournal(tmp_path),
-        metrics=CoordinatorMetrics(CollectorRegistry()),
-        max_payload_bytes=1 << 20,
-    ).start()
+    mqtt_fleet = fleet(tmp_path, registry, connection=connection).start()
     mqtt_fleet.begin_round(1, replay=False)
     frames = mqtt_fleet.frames.fit(
         1, [FitTask("a", {"global": np.zeros(10, dtype=np.float32)}, TrainConfig(), seed=1)]
