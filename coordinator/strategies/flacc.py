@@ -53,6 +53,7 @@ from coordinator.strategies.agglomeration import (
     UNKNOWN,
     Entity,
     entities_after_leaving,
+    entity_labels,
 )
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.base import JsonDict, Merge, Strategy
@@ -350,9 +351,7 @@ class FLACC(Strategy):
 
     def _set_entities(self, entities: Sequence[Entity]) -> None:
         self.entities_: list[Entity] = [tuple(e) for e in entities]
-        self._labels = np.full(len(self.client_ids_), -1, dtype=np.int64)
-        for position, entity in enumerate(self.entities_):
-            self._labels[list(entity)] = position
+        self._labels = entity_labels(len(self.client_ids_), self.entities_)
         if np.any(self._labels < 0):
             raise ValueError("entities must cover every client")
 

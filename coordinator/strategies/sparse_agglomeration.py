@@ -36,13 +36,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
-
-from coordinator.strategies.agglomeration import Agglomeration, Entity, MergeDecision
+from coordinator.strategies.agglomeration import (
+    Agglomeration,
+    Entity,
+    MergeDecision,
+    entity_labels,
+)
 from coordinator.strategies.cohesion import CohesionCheck
 from coordinator.strategies.pair_memory import PairMemory, entity_table
 from faultfleet.gc_pause import collector_paused
-from faultfleet.types import IntArray
 
 _OPEN, _REFUSED, _GONE = 0, 1, 2
 
@@ -53,7 +55,7 @@ class _Graph:
     def __init__(self, memory: PairMemory, entities: Sequence[Entity], share: float | None) -> None:
         self.share = share
         n = len(entities)
-        labels = _labels(memory.n_clients, entities)
+        labels = entity_labels(memory.n_clients, entities)
         table = entity_table(memory, labels, n)
         self.members = [list(e) for e in entities]
         self.rank = list(range(n))
@@ -72,7 +74,10 @@ class _Graph:
         for row, (a, b) in enumerate(zip(self.a, self.b, strict=True)):
             self.adjacency[a][b] = row
             self.adjacency[b][a] = row
-        self.open = [self._key(row) for row in range(len(self.a))]
+        # Every row's _key: a < b, and every entity is at its own position (rank).
+        self.open = list(
+            zip((-table.lowest).tolist(), self.a, self.b, range(len(self.a)), strict=True)
+        )
         heapq.heapify(self.open)
         self.refused: list[tuple[float, int, int, int]] = []
         self.refused_of: list[set[int]] = [set() for _ in range(n)]
@@ -182,26 +187,35 @@ class _Graph:
         else:  # it gains a within mean or becomes a sub-server: every test may change
             for stale in list(self.refused_of[keep]):
                 self.reopen(stale)
-        del self.adjacency[keep][gone]
-        del self.adjacency[gone][keep]
-        for other, moved in self.adjacency[gone].items():
-            del self.adjacency[other][gone]
-            joined = self.adjacency[keep].get(other)
+        adjacency, state = self.adjacency, self.state
+        kept = adjacency[keep]
+        del kept[gone]
+        del adjacency[gone][keep]
+        # The loop below runs once per neighbour of the smaller entity (tens of thousands of
+        # times per round at 10,000 agents): names are bound locally, and min and max are
+        # spelled out with their semantics (min(x, y) is y if y < x else x).
+        a, b = self.a, self.b
+        lowest, highest, total, count = self.lowest, self.highest, self.total, self.count
+        for other, moved in adjacency[gone].items():
+            theirs = adjacency[other]
+            del theirs[gone]
+            joined = kept.get(other)
             if joined is None:  # the row is now keep's; its heap entry is refreshed lazily
-                if self.a[moved] == gone:
-                    self.a[moved] = keep
+                if a[moved] == gone:
+                    a[moved] = keep
                 else:
-                    self.b[moved] = keep
-                self.adjacency[keep][other] = self.adjacency[other][keep] = moved
+                    b[moved] = keep
+                kept[other] = theirs[keep] = moved
                 continue
             # Lance–Williams in place: the pair (keep, other) takes in (gone, other). Its
             # α_min^cross can only fall, so its heap entry, now early, is refreshed lazily.
-            self.state[moved] = _GONE
-            self.lowest[joined] = min(self.lowest[moved], self.lowest[joined])
-            self.highest[joined] = max(self.highest[moved], self.highest[joined])
-            self.total[joined] += self.total[moved]
-            self.count[joined] += self.count[moved]
-            if self.state[joined] == _REFUSED:
+            state[moved] = _GONE
+            low, high = lowest[joined], highest[joined]
+            lowest[joined] = low if low < lowest[moved] else lowest[moved]
+            highest[joined] = high if high > highest[moved] else highest[moved]
+            total[joined] += total[moved]
+            count[joined] += count[moved]
+            if state[joined] == _REFUSED:
                 self.reopen(joined)
         self.adjacency[gone] = {}
         self._release_pooled()
@@ -219,13 +233,6 @@ class _Graph:
     def entities(self) -> list[Entity]:
         found = [tuple(sorted(m)) for m in self.members if m]
         return sorted(found, key=lambda e: e[0])
-
-
-def _labels(n_clients: int, entities: Sequence[Entity]) -> IntArray:
-    labels = np.full(n_clients, -1, dtype=np.int64)
-    for i, entity in enumerate(entities):
-        labels[list(entity)] = i
-    return labels
 
 
 def agglomerate_pairs(

@@ -13,6 +13,7 @@ from coordinator.strategies.agglomeration import (
     EntitySimilarity,
     agglomerate,
     best_merge,
+    entity_labels,
     entity_similarity,
     forget_stale,
 )
@@ -398,3 +399,10 @@ def test_invalid_inputs_raise(alpha: Float64Array, entities: list[Entity], match
     # Execute / Assert
     with pytest.raises(ValueError, match=match):
         entity_similarity(alpha, entities)
+
+
+def test_entity_labels_give_each_client_its_entitys_position_and_minus_one_to_the_rest() -> None:
+    labels = entity_labels(7, [(4, 1), (0,), (), (2, 5, 6)])
+    assert labels.dtype == np.int64
+    assert labels.tolist() == [1, 0, 3, -1, 0, 3, 3]
+    assert entity_labels(3, []).tolist() == [-1, -1, -1]
