@@ -274,20 +274,20 @@ def _agglomerate(
         if top_open is None and top_refused is None:
             break  # no known cross pair
         first = _first(graph, top_open, top_refused)
-        decision = _decision(graph, first, alpha0, cohesion_share)
+        decision = _decision(graph, first, alpha0, cohesion_share, named=True)
         if decision.merge:
-            decisions.append(_named(graph, first, decision))
+            decisions.append(decision)
             graph.merge(first)
             merges += 1
             continue
         if not searching or decision.alpha_min_cross <= alpha0:
-            decisions.append(_named(graph, first, decision))
+            decisions.append(decision)
             break
         if first == top_open:
             heapq.heappop(graph.open)
             graph.refuse(first, decision)
         found = _search(graph, alpha0, cohesion_share)
-        decisions.append(_named(graph, first, decision))
+        decisions.append(decision)
         if found is None:
             break
         decisions.append(_named(graph, *found))
@@ -330,9 +330,12 @@ def _named(graph: _Graph, row: int, decision: MergeDecision) -> MergeDecision:
     return replace(decision, first=first, second=second)
 
 
-def _decision(graph: _Graph, row: int, alpha0: float, share: float | None) -> MergeDecision:
+def _decision(
+    graph: _Graph, row: int, alpha0: float, share: float | None, *, named: bool = False
+) -> MergeDecision:
     """Eqs. 11–16 and the cohesion test for the entity pair of ``row``; its entities are
-    named only when it is kept (:func:`_named`), which costs their sizes."""
+    named (which costs their sizes) only ``named``, for a decision that is kept, or later
+    by :func:`_named`."""
     a, b = graph.a[row], graph.b[row]
     if graph.rank[a] > graph.rank[b]:
         a, b = b, a
@@ -349,8 +352,8 @@ def _decision(graph: _Graph, row: int, alpha0: float, share: float | None) -> Me
         cohesion = _cohesion(graph, row, a, b, share)
         merge = cohesion.passed
     return MergeDecision(
-        (),
-        (),
+        tuple(sorted(graph.members[a])) if named else (),
+        tuple(sorted(graph.members[b])) if named else (),
         min_cross,
         max_cross,
         min_within,
