@@ -175,7 +175,13 @@ def test_a_nesting_bomb_is_counted_by_agent_and_coordinator_and_wedges_neither(
     try:
         with running_agents(broker_settings, tmp_path / "agents", [0, 1]) as agents:
             agent_metrics = agents[0].metrics.registry
-            wait_until(lambda: all(a.connection.connected for a in agents), 30, "the agents")
+            # Subscribed, not only connected: a frame published before the broker took an
+            # agent's subscription to its task topic would reach nobody.
+            wait_until(
+                lambda: all(a.connection.wait_subscribed(0.1) for a in agents),
+                30,
+                "the agents' subscriptions",
+            )
 
             # Execute: the bomb on both agents' task topics, then a run; and during the run
             # on a result and a status topic (results are subscribed once the run starts)
