@@ -101,7 +101,11 @@ def test_a_task_the_agent_cannot_run_is_answered_as_failed(
                 raise RuntimeError("CUDA out of memory")
 
             monkeypatch.setattr(runner, "run", broken)
-            wait_until(lambda: agent.connection.connected, 30, "the agent's connection")
+            # Subscribed, not only connected: a task published before the broker took the
+            # agent's subscription to its task topic would reach nobody.
+            wait_until(
+                lambda: agent.connection.wait_subscribed(0.1), 30, "the agent's subscriptions"
+            )
             task = FitTaskMessage(
                 task_id="t" * 24,
                 run_id="run",
