@@ -98,10 +98,17 @@ class MergeHistory:
         ``threshold`` (FLACC's α0, eq. 16)."""
         for decision in decisions:
             if decision.merge:
-                first = self._operand(decision.first)
-                second = self._operand(decision.second)
-                node = self._merge(server_round, first, second, decision.alpha_min_cross, threshold)
-                self._root_of[[*decision.first, *decision.second]] = node
+                first = np.fromiter(decision.first, np.int64, len(decision.first))
+                second = np.fromiter(decision.second, np.int64, len(decision.second))
+                node = self._merge(
+                    server_round,
+                    self._operand(first),
+                    self._operand(second),
+                    decision.alpha_min_cross,
+                    threshold,
+                )
+                self._root_of[first] = node
+                self._root_of[second] = node
 
     def add(self, merge: Merge) -> None:
         """``merge`` as recorded explicitly (a state saved by an earlier version, a test):
@@ -290,19 +297,18 @@ class MergeHistory:
         if left:
             self._present[root] = left
 
-    def _operand(self, entity: Sequence[int]) -> int:
-        """The node of ``entity`` (client positions): its recorded root when exactly its
-        clients are under it, else a new group of its clients' leaves. Entities that
+    def _operand(self, positions: IntArray) -> int:
+        """The node of the entity of clients ``positions``: its recorded root when exactly
+        its clients are under it, else a new group of its clients' leaves. Entities that
         changed without a merge (clients placed in a separated federation's clusters,
         entities set by hand) are caught by their clients' roots: not all the same, another
         number of clients than the root holds, or a root some of whose clients moved on."""
-        positions = np.asarray(entity, dtype=np.int64)
         roots = self._root_of[positions]
         root = int(roots[0])
         if (
             root not in self._impure
             and self._present.get(root) == len(positions)
-            and bool(np.all(roots == root))
+            and (len(positions) == 1 or bool((roots == root).all()))
         ):
             return root
         for old, count in zip(*np.unique(roots, return_counts=True), strict=True):
