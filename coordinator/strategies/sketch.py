@@ -113,10 +113,15 @@ class UpdateSketcher:
             raise ValueError(f"expected a vector of shape ({self.n_params},), got {values.shape}")
         if self.identity:
             return values.copy()
-        folded = np.empty(self._rows * self.dim, dtype=np.float32)
-        folded[self.n_params :] = 0.0  # the last row's padding
-        np.multiply(values, self._signs, out=folded[: self.n_params])
-        sketched: FloatArray = folded.reshape(self._rows, self.dim).sum(axis=0)
+        # Σ over rows r of signs[r·d + j] · x[r·d + j]: the full rows in one einsum (one pass,
+        # no signed copy of x), then the last, partial row; the sums run over the rows in
+        # order, as the sum of the padded signed rows would.
+        dim, full = self.dim, (self._rows - 1) * self.dim
+        sketched: FloatArray = np.einsum(
+            "rd,rd->d", self._signs[:full].reshape(-1, dim), values[:full].reshape(-1, dim)
+        )
+        rest = self.n_params - full
+        sketched[:rest] += self._signs[full:] * values[full:]
         return sketched
 
     def unit_sketch(self, vector: FloatArray) -> FloatArray:

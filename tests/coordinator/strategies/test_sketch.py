@@ -81,6 +81,30 @@ def test_a_sketch_adds_every_dth_parameter_with_its_sign() -> None:
     np.testing.assert_allclose(sketcher.sketch(vector), vector @ columns, rtol=1e-5, atol=1e-5)
 
 
+def test_a_sketch_sums_the_signed_rows_in_order_to_the_bit() -> None:
+    # Prepare: parameters in rows of d = 97 (the last row partial), the signs read from the
+    # sketches of the unit vectors, and a vector with exact zeros among its values
+    n = 1000
+    sketcher = UpdateSketcher(n, 97, seed=2)
+    signs = np.array(
+        [sketcher.sketch(np.eye(1, n, i, dtype=np.float32)[0])[i % 97] for i in range(n)]
+    )
+    vector = np.random.default_rng(6).standard_normal(n).astype(np.float32)
+    vector[::7] = 0.0
+
+    # Execute
+    sketched = sketcher.sketch(vector)
+
+    # Assert: float32 sums over the rows, first row first, as the definition adds them
+    signed = np.zeros(11 * 97, dtype=np.float32)
+    signed[:n] = signs * vector
+    expected = signed[:97].copy()
+    for row in range(1, 11):
+        expected += signed[row * 97 : (row + 1) * 97]
+    assert sketched.dtype == np.float32
+    assert sketched.tobytes() == expected.tobytes()
+
+
 def test_pair_dots_are_the_dot_products_of_every_pair_across_chunks() -> None:
     rows = np.random.default_rng(5).standard_normal((300, 64))
     first, second = np.arange(300).repeat(5), np.arange(1500) % 299
