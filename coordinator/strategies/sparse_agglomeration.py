@@ -321,12 +321,20 @@ def _search(graph: _Graph, alpha0: float, share: float | None) -> tuple[int, Mer
     return None
 
 
-def _named(graph: _Graph, row: int, decision: MergeDecision) -> MergeDecision:
-    """``decision`` with its two entities' members, as they are now (before a merge)."""
+def _ordered(graph: _Graph, row: int) -> tuple[int, int]:
+    """The two entities of ``row``, the earlier in the entity list first."""
     a, b = graph.a[row], graph.b[row]
-    if graph.rank[a] > graph.rank[b]:
-        a, b = b, a
-    first, second = tuple(sorted(graph.members[a])), tuple(sorted(graph.members[b]))
+    return (b, a) if graph.rank[a] > graph.rank[b] else (a, b)
+
+
+def _members(graph: _Graph, a: int, b: int) -> tuple[Entity, Entity]:
+    """The members of entities ``a`` and ``b`` as they are now (before a merge)."""
+    return tuple(sorted(graph.members[a])), tuple(sorted(graph.members[b]))
+
+
+def _named(graph: _Graph, row: int, decision: MergeDecision) -> MergeDecision:
+    """``decision`` with its two entities' members."""
+    first, second = _members(graph, *_ordered(graph, row))
     return replace(decision, first=first, second=second)
 
 
@@ -336,9 +344,7 @@ def _decision(
     """Eqs. 11–16 and the cohesion test for the entity pair of ``row``; its entities are
     named (which costs their sizes) only ``named``, for a decision that is kept, or later
     by :func:`_named`."""
-    a, b = graph.a[row], graph.b[row]
-    if graph.rank[a] > graph.rank[b]:
-        a, b = b, a
+    a, b = _ordered(graph, row)
     min_cross, max_cross = graph.lowest[row], graph.highest[row]
     within = min(graph.within_lowest[a], graph.within_lowest[b])
     min_within = within if math.isfinite(within) else None
@@ -351,9 +357,10 @@ def _decision(
     if share is not None and merge:
         cohesion = _cohesion(graph, row, a, b, share)
         merge = cohesion.passed
+    first, second = _members(graph, a, b) if named else ((), ())
     return MergeDecision(
-        tuple(sorted(graph.members[a])) if named else (),
-        tuple(sorted(graph.members[b])) if named else (),
+        first,
+        second,
         min_cross,
         max_cross,
         min_within,
