@@ -228,7 +228,7 @@ SUITE = (
     Benchmark(
         "diagnosis_latency",
         "bench_diagnosis_latency.py",
-        ("--windows", "400", "--block", "50", "--warm-up", "20"),
+        ("--windows", "1000", "--block", "500", "--warm-up", "20"),
         diagnosis_rows,
     ),
     Benchmark(

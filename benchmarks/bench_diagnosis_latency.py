@@ -19,18 +19,27 @@ diagnoses the same random windows of shape (1, 1024) in four ways:
   the fault streak, and the JSON line queued for the local log (under a temporary folder).
 * ``agent+publish``: the same with ``diagnosis.publish = true``. The agent is connected to
   a private broker (Mosquitto, or amqtt when Mosquitto is not installed), and each
-  diagnosis is also handed to the agent's outbox thread, which publishes it with QoS 1.
+  diagnosis is also handed to the agent's outbox thread, which publishes it with QoS 1,
+  together with those handed over within ``diagnosis.publish_delay_s`` (0.25 s) of it.
   The time counted is what the diagnosis thread spends; the outbox thread and paho's
   network thread compete with it for the GIL. After the run the benchmark waits until the
   broker acknowledged every diagnosis and says so.
 
+The windows (:class:`~edge_agent.sources.Window`) are made before the measurement, as the
+inputs of ``bare`` and ``predict`` are: a source makes them, ``_diagnose_one`` takes them.
+
 The variants alternate in blocks of ``--block`` windows, so a busy machine slows them
-alike, after ``--warm-up`` unmeasured windows each. ``--interval-ms`` pauses between windows,
-as a live agent waits for the next window (0.1 s by default); without any pause, paho's
-thread would pile up messages that a real agent never sends. A pause leaves the caches
-colder, which slows the agent's longer Python path more than the bare ``session.run``;
-``--interval-ms 0`` gives hot-loop numbers. Prints p50, p99 and mean in
-milliseconds and the ratios agent / bare. Numbers only, no pass/fail.
+alike, after ``--warm-up`` unmeasured windows each. After a block of ``agent+publish`` the
+diagnoses its outbox thread still holds are published, untimed, so that their burst falls
+in no other variant's block; a block should last longer than ``publish_delay_s`` (500
+windows at 1 ms do), so that the agent's own bursts fall in its block as they come.
+``--interval-ms`` pauses between windows, as a live agent waits for the next window (0.1 s
+by default); without any pause, paho's thread would pile up messages that a real agent
+never sends. A pause leaves the caches colder, which slows the agent's longer Python path
+more than the bare ``session.run``; ``--interval-ms 0`` gives hot-loop numbers. Prints p50,
+p99 and mean in milliseconds, the ratios agent / bare, and ``cpu_us``: the process's CPU
+time during a variant's blocks per window, every thread's (an agent's outbox thread and
+paho's network thread included), in microseconds. Numbers only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -116,6 +125,14 @@ def bare_session(onnx_bytes: bytes, providers: tuple[str, ...], threads: int) ->
     return ort.InferenceSession(onnx_bytes, options, providers=list(providers))
 
 
+def settle(agent: AgentService | None) -> None:
+    """After a block of ``agent``'s windows, untimed: publish what its outbox thread would
+    publish ``[diagnosis] publish_delay_s`` later, so that the burst falls in no other
+    variant's block (a live agent runs alone)."""
+    if agent is not None and agent.delivery.publish:
+        agent.delivery.send_handed_over()
+
+
 def measure(
     variants: dict[str, Callable[[int], None]],
     n_windows: int,
@@ -123,21 +140,29 @@ def measure(
     block: int,
     warm_up: int,
     interval_s: float,
-) -> dict[str, list[float]]:
-    """Seconds per call of each variant, ``n_windows`` calls each, in alternating blocks."""
+    settle: Callable[[str], None] = lambda name: None,
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Seconds per call of each variant, ``n_windows`` calls each, in alternating blocks;
+    ``settle(variant)`` after each block, untimed. Also the process's CPU seconds during
+    each variant's blocks and settling (every thread's: the outbox and network threads'
+    included)."""
     for step in variants.values():
         for index in range(warm_up):
             step(index)
     seconds: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_s = dict.fromkeys(variants, 0.0)
     for start in range(0, n_windows, block):
         for name, step in variants.items():
+            cpu_started = time.process_time()
             for index in range(start, min(start + block, n_windows)):
                 if interval_s > 0:
                     time.sleep(interval_s)
                 began = time.perf_counter()
                 step(index)
                 seconds[name].append(time.perf_counter() - began)
-    return seconds
+            settle(name)
+            cpu_s[name] += time.process_time() - cpu_started
+    return seconds, cpu_s
 
 
 def percentile_ms(values: list[float], q: float) -> float:
@@ -145,19 +170,29 @@ def percentile_ms(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) * 1e3
 
 
-def report(model: str, seconds: dict[str, list[float]]) -> list[dict[str, object]]:
+def report(
+    model: str, seconds: dict[str, list[float]], cpu_s: dict[str, float]
+) -> list[dict[str, object]]:
     """Print one line per variant, with ratios against ``bare``; returns the rows."""
     bare_p50, bare_p99 = percentile_ms(seconds["bare"], 50), percentile_ms(seconds["bare"], 99)
     rows: list[dict[str, object]] = []
     for name, values in seconds.items():
         p50, p99 = percentile_ms(values, 50), percentile_ms(values, 99)
+        cpu_us = cpu_s[name] / len(values) * 1e6
         rows.append(
-            {"model": model, "variant": name, "p50_ms": p50, "p99_ms": p99, "bare_p50_ms": bare_p50}
+            {
+                "model": model,
+                "variant": name,
+                "p50_ms": p50,
+                "p99_ms": p99,
+                "bare_p50_ms": bare_p50,
+                "cpu_us_per_window": cpu_us,
+            }
         )
         print(
             f"{model:<8}{name:<15}{len(values):>7}{p50:>9.3f}{p99:>9.3f}"
             f"{statistics.fmean(values) * 1e3:>9.3f}{p50 / bare_p50:>9.2f}{p99 / bare_p99:>9.2f}"
-            f"{(p50 - bare_p50) * 1e3:>11.0f}",
+            f"{(p50 - bare_p50) * 1e3:>11.0f}{cpu_us:>9.0f}",
             flush=True,
         )
     return rows
@@ -183,11 +218,13 @@ def run_model(
     def bare(index: int) -> None:
         session.run(["probabilities"], {"window": batches[index]})
 
+    made = time.time()  # the source's work, as bare and predict get their input made
+    windows = [Window(s, made, None, f"bench window {i}") for i, s in enumerate(samples)]
+
     def agent_step(agent: AgentService) -> Callable[[int], None]:
         def step(index: int) -> None:
-            window = Window(samples[index], time.time(), None, f"bench window {index}")
             # The agent's own per-window path: predict, Diagnosis, metrics, log (and publish).
-            agent._diagnose_one(window)
+            agent._diagnose_one(windows[index])
 
         return step
 
@@ -204,12 +241,13 @@ def run_model(
     for thread in outbox_threads:
         thread.start()
     try:
-        seconds = measure(
+        seconds, cpu_s = measure(
             variants,
             args.windows,
             block=args.block,
             warm_up=args.warm_up,
             interval_s=args.interval_ms / 1e3,
+            settle=lambda name: settle(agents.get(name)),
         )
     finally:
         stop.set()
@@ -227,7 +265,7 @@ def run_model(
         for agent in agents.values():
             agent.connection.stop()
             agent.delivery.close()
-    return report(model, seconds)
+    return report(model, seconds, cpu_s)
 
 
 def main() -> None:
@@ -235,7 +273,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=2000, help="measured windows per variant")
     parser.add_argument("--models", nargs="+", default=["compact", "paper"])
-    parser.add_argument("--block", type=int, default=100, help="windows per alternating block")
+    parser.add_argument("--block", type=int, default=500, help="windows per alternating block")
     parser.add_argument("--warm-up", type=int, default=50)
     parser.add_argument("--interval-ms", type=float, default=1.0, help="pause between windows")
     parser.add_argument("--no-publish", action="store_true", help="skip agent+publish")
@@ -250,7 +288,7 @@ def main() -> None:
         print(f"agent+publish: {broker.kind} broker on 127.0.0.1:{broker.port}")
     print(
         f"{'model':<8}{'variant':<15}{'windows':>7}{'p50_ms':>9}{'p99_ms':>9}{'mean_ms':>9}"
-        f"{'p50_x':>9}{'p99_x':>9}{'p50+_us':>11}",
+        f"{'p50_x':>9}{'p99_x':>9}{'p50+_us':>11}{'cpu_us':>9}",
         flush=True,
     )
     try:

@@ -5,12 +5,16 @@ JSON of its :class:`~faultfleet.wire.messages.Diagnosis` (serialised once, for t
 the outbox and the log alike):
 
 1. **Publish.** While the broker connection is up and nothing waits in the outbox, the
-   diagnosis is handed to the outbox thread, which publishes it at once with QoS 1 on
+   diagnosis is handed to the outbox thread, which publishes it with QoS 1 on
    ``agents/{id}/diagnoses`` (so the diagnosis thread never waits on the MQTT client, whose
    network thread competes for the interpreter as soon as it is woken); one the broker has
    not acknowledged when the connection drops is sent again by the MQTT client after
-   reconnecting. Diagnoses handed over wait in memory for a moment, as those the MQTT
-   client holds until the broker acknowledges them do.
+   reconnecting. The outbox thread publishes ``[diagnosis] publish_delay_s`` after the
+   first diagnosis handed over, together with those handed over since: one wake-up of the
+   outbox thread and one burst of the network thread for several windows, not one each
+   (every wake-up takes the interpreter and the caches from the diagnosis thread). Diagnoses
+   handed over wait in memory for that moment, as those the MQTT client holds until the
+   broker acknowledges them do.
 2. **Keep.** While the connection is down (or diagnoses made during an outage still wait),
    it goes to the bounded on-disk outbox (:class:`~edge_agent.outbox.DiagnosisOutbox`,
    ``[diagnosis] outbox_max_diagnoses``), so that it keeps its place in line; the oldest
@@ -36,6 +40,7 @@ outbox survives an agent restart and is sent after it.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -71,6 +76,9 @@ class DiagnosisDelivery:
     metrics : AgentMetrics
     publish : bool
         ``[diagnosis] publish``: when False, diagnoses are only logged.
+    publish_delay_s : float, seconds
+        ``[diagnosis] publish_delay_s``: how long the outbox thread lets the first diagnosis
+        handed over wait for others before it publishes them; 0 publishes each at once.
     on_error : callable, optional
         Receives an exception the outbox thread caught (the agent counts and logs it); the
         thread carries on.
@@ -93,6 +101,7 @@ class DiagnosisDelivery:
         metrics: AgentMetrics,
         *,
         publish: bool = True,
+        publish_delay_s: float = 0.0,
         on_error: Callable[[Exception], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         ack_timeout_s: float = 10.0,
@@ -104,7 +113,12 @@ class DiagnosisDelivery:
         self.log = log
         self.outbox = outbox
         self.metrics = metrics
+        if not 0 <= publish_delay_s < math.inf:
+            raise ValueError(
+                f"publish_delay_s must be a number of seconds >= 0, got {publish_delay_s!r}"
+            )
         self.publish = publish
+        self.publish_delay_s = publish_delay_s
         self.on_error = on_error or (lambda error: logger.exception("outbox", exc_info=error))
         self.clock = clock
         self.ack_timeout_s = ack_timeout_s
@@ -116,6 +130,8 @@ class DiagnosisDelivery:
         self._handed: deque[bytes] = deque()
         """Diagnoses to publish, handed over by the diagnosis thread, oldest first; one
         stays here until it is published or kept."""
+        self._handed_at = 0.0
+        """When the oldest of ``_handed`` was handed over (``clock.monotonic``)."""
         self._send_lock = threading.Lock()
         self._log_lock = threading.Lock()
         self._log_failing = False
@@ -152,6 +168,8 @@ class DiagnosisDelivery:
         # cannot publish, so the line holds.
         handed = self._handed
         if handed or (self.connection.connected and len(self.outbox) == 0):
+            if not handed:
+                self._handed_at = self.clock.monotonic()
             handed.append(payload)
             if len(handed) == 1:
                 self._wake.set()
@@ -231,7 +249,16 @@ class DiagnosisDelivery:
             self.clock.wait(self._wake, 0.5)
             self._wake.clear()  # a diagnosis handed over since is sent at the loop's start
             self._tick()
+            self._let_handed_over_gather(stop)
         self._send_handed_over_safely()
+
+    def _let_handed_over_gather(self, stop: threading.Event) -> None:
+        """Wait until the oldest diagnosis handed over is ``publish_delay_s`` old (or
+        ``stop``), so that those made meanwhile are published with it."""
+        if self.publish_delay_s > 0 and self._handed:
+            left_s = self._handed_at + self.publish_delay_s - self.clock.monotonic()
+            if left_s > 0:
+                self.clock.wait(stop, left_s)
 
     def _send_handed_over_safely(self) -> None:
         try:

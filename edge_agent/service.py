@@ -213,6 +213,7 @@ class AgentService:
             outbox,
             self.metrics,
             publish=settings.diagnosis.publish,
+            publish_delay_s=settings.diagnosis.publish_delay_s,
             on_error=lambda error: self.errors(AgentThread.OUTBOX, error),
             clock=clock,
             on_tick=lambda: self.windows.flush(only_due=True),

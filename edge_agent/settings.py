@@ -74,6 +74,10 @@ class DiagnosisSettings(BaseModel):
     """Windows kept while no model has arrived yet; the oldest go first beyond this."""
     publish: bool = True
     """Publish every diagnosis on ``agents/{id}/diagnoses``."""
+    publish_delay_s: Annotated[float, Field(ge=0, le=10)] = 0.25
+    """Longest time a diagnosis waits on the agent before it is published: those made
+    meanwhile leave together, in one turn of the outbox thread, instead of waking it (and
+    the MQTT client's network thread) once per window. 0: each published as it is made."""
     streak_min_probability: Annotated[float, Field(ge=0, le=1)] = 0.9
     """A window extends its class's streak (``faultfleet_diagnosis_streak_windows``, the
     fault-alarm rule) only when the model gives that class at least this probability."""

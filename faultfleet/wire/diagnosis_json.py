@@ -38,11 +38,11 @@ escaped (what ``json.JSONEncoder(ensure_ascii=False).encode`` of a str gives, ca
 directly)."""
 
 
-def _float(value: float) -> str:
-    """``value`` (finite) as pydantic writes it: as Python's ``repr`` but from 1e-5 to 1e-4,
-    which pydantic writes without an exponent (``0.000095``, not ``9.5e-05``; a latency of
-    a fast model), and other exponents, which pydantic writes in its own way."""
-    text = repr(value)
+def _float(value: float, text: str) -> str:
+    """``value`` (finite), whose ``repr`` is ``text``, as pydantic writes it: as ``text``
+    but from 1e-5 to 1e-4, which pydantic writes without an exponent (``0.000095``, not
+    ``9.5e-05``; a latency of a fast model), and other exponents, which pydantic writes in
+    its own way."""
     if "e" not in text:
         return text
     mantissa, exponent = text.split("e")
@@ -147,8 +147,10 @@ class DiagnosisEncoder:
             )
         label = "null" if true_label is None else str(true_label)
         p, t, lat = repr(probability), repr(timestamp), repr(latency_s)
-        if "e" in p or "e" in t or "e" in lat:  # rare: as pydantic writes exponents
-            p, t, lat = _float(probability), _float(timestamp), _float(latency_s)
+        if "e" in lat:  # a latency under 0.1 ms (a small model's): as pydantic writes it
+            lat = _float(latency_s, lat)
+        if "e" in p or "e" in t:  # rare
+            p, t = _float(probability, p), _float(timestamp, t)
         try:
             return (
                 f"{self._head}{window_index}{self._classes[class_id]}{p}"

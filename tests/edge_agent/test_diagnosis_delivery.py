@@ -14,9 +14,11 @@ from edge_agent.diagnosis_delivery import DiagnosisDelivery
 from edge_agent.diagnosis_log import DiagnosisLog
 from edge_agent.metrics import AgentMetrics
 from edge_agent.outbox import DiagnosisOutbox
+from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.wire.dispatch import PublishError
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
+from tests.clocks import FakeClock, Wait
 
 TOPIC = "faultfleet/v1/agents/m07/diagnoses"
 SETTINGS = BrokerSettings(max_payload_bytes=2048)
@@ -40,7 +42,14 @@ class Broker:
         return len(payload)
 
 
-def _delivery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broker: Broker) -> DiagnosisDelivery:
+def _delivery(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    broker: Broker,
+    *,
+    publish_delay_s: float = 0.0,
+    clock: Clock = SYSTEM_CLOCK,
+) -> DiagnosisDelivery:
     connection = MqttConnection(client_id="faultfleet-agent-m07", settings=SETTINGS)
     monkeypatch.setattr(connection, "publish", broker.publish)
     monkeypatch.setattr(MqttConnection, "connected", property(lambda self: broker.connected))
@@ -51,6 +60,8 @@ def _delivery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broker: Broker) -
         DiagnosisLog(tmp_path / "diagnoses.jsonl"),
         DiagnosisOutbox(tmp_path / "outbox", max_records=100),
         AgentMetrics(),
+        publish_delay_s=publish_delay_s,
+        clock=clock,
     )
 
 
@@ -190,3 +201,90 @@ def test_the_outbox_thread_publishes_what_is_handed_over_when_woken(
     assert arrived
     assert broker.published == [_json(0)]
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("delay_s", [0.25, 2.0])
+def test_the_outbox_thread_publishes_the_diagnoses_of_its_delay_together_in_one_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_s: float
+) -> None:
+    # Prepare: the outbox thread's waits on a fake clock; diagnoses are made "during" them
+    broker, stop = Broker(), threading.Event()
+    seen: list[tuple[float, list[bytes]]] = []
+
+    def during(wait: Wait) -> None:
+        seen.append((wait.timeout_s, list(broker.published)))
+        if len(seen) == 1:  # the thread waits to be woken: the first diagnosis wakes it
+            delivery.deliver_json(_json(0))
+        elif len(seen) == 2:  # waiting for the others: two more windows
+            clock.advance(delay_s / 2)
+            delivery.deliver_json(_json(1))
+            delivery.deliver_json(_json(2))
+        else:
+            stop.set()
+
+    clock = FakeClock(on_wait=during)
+    delivery = _delivery(tmp_path, monkeypatch, broker, publish_delay_s=delay_s, clock=clock)
+
+    # Execute
+    delivery.run(stop)
+
+    # Assert: nothing published while the first waited its delay, then all three at once
+    assert seen[0] == (0.5, [])
+    assert seen[1] == (delay_s, [])
+    assert seen[2] == (0.5, [_json(i) for i in range(3)])
+    assert broker.published == [_json(i) for i in range(3)]
+
+
+def test_without_a_delay_the_outbox_thread_publishes_each_diagnosis_when_woken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare
+    broker, stop = Broker(), threading.Event()
+    seen: list[tuple[float, list[bytes]]] = []
+
+    def during(wait: Wait) -> None:
+        seen.append((wait.timeout_s, list(broker.published)))
+        if len(seen) <= 2:
+            delivery.deliver_json(_json(len(seen) - 1))
+        else:
+            stop.set()
+
+    clock = FakeClock(on_wait=during)
+    delivery = _delivery(tmp_path, monkeypatch, broker, clock=clock)
+
+    # Execute
+    delivery.run(stop)
+
+    # Assert: only waits to be woken, each diagnosis out by the next one
+    assert seen == [(0.5, []), (0.5, [_json(0)]), (0.5, [_json(0), _json(1)])]
+
+
+def test_a_stop_during_the_delay_still_publishes_what_was_handed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare
+    broker, stop = Broker(), threading.Event()
+
+    def during(wait: Wait) -> None:
+        if wait.waitable is stop:
+            stop.set()  # the agent stops while the first diagnosis waits for others
+        else:
+            delivery.deliver_json(_json(0))
+
+    clock = FakeClock(on_wait=during)
+    delivery = _delivery(tmp_path, monkeypatch, broker, publish_delay_s=0.25, clock=clock)
+
+    # Execute
+    delivery.run(stop)
+
+    # Assert: the wait ended with the stop, not its whole delay, and the diagnosis went out
+    assert clock.monotonic() == 0.0
+    assert broker.published == [_json(0)]
+
+
+@pytest.mark.parametrize("delay_s", [-0.1, float("nan"), float("inf")])
+def test_a_publish_delay_that_is_not_a_number_of_seconds_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_s: float
+) -> None:
+    with pytest.raises(ValueError, match="publish_delay_s must be a number of seconds >= 0"):
+        _delivery(tmp_path, monkeypatch, Broker(), publish_delay_s=delay_s)

@@ -116,6 +116,27 @@ def test_floats_at_the_edges_of_pythons_exponent_form(value: float) -> None:
 
 
 @pytest.mark.parametrize(
+    ("probability", "timestamp", "latency_s"),
+    [
+        (0.5, 1.7e9, 9.5e-5),  # a small model's latency, the common case
+        (9.5e-5, 1.7e9, 0.001),
+        (0.5, 1e-5, 0.001),
+        (0.5, 1e22, 1e-6),
+        (1e-7, 1.7e9, 9.99e-6),
+    ],
+)
+def test_one_value_in_exponent_form_among_others_that_are_not(
+    probability: float, timestamp: float, latency_s: float
+) -> None:
+    # Prepare
+    encoder = DiagnosisEncoder("m07", 3, "cluster-1", CLASSES)
+    values = (1, 2, probability, timestamp, latency_s, None, "w1")
+
+    # Execute / Assert
+    assert encoder.encode(*values) == model_json(encoder, *values)
+
+
+@pytest.mark.parametrize(
     ("timestamp", "latency_s", "probability"),
     [(math.nan, 0.001, 0.5), (math.inf, 0.001, 0.5), (1.0, -0.001, 0.5), (1.0, 0.001, 1.5)],
 )
