@@ -125,7 +125,7 @@ def bare_session(onnx_bytes: bytes, providers: tuple[str, ...], threads: int) ->
     return ort.InferenceSession(onnx_bytes, options, providers=list(providers))
 
 
-def settle(agent: AgentService | None) -> None:
+def publish_held(agent: AgentService | None) -> None:
     """After a block of ``agent``'s windows, untimed: publish what its outbox thread would
     publish ``[diagnosis] publish_delay_s`` later, so that the burst falls in no other
     variant's block (a live agent runs alone)."""
@@ -247,7 +247,7 @@ def run_model(
             block=args.block,
             warm_up=args.warm_up,
             interval_s=args.interval_ms / 1e3,
-            settle=lambda name: settle(agents.get(name)),
+            settle=lambda name: publish_held(agents.get(name)),
         )
     finally:
         stop.set()
