@@ -168,10 +168,9 @@ class DiagnosisDelivery:
         # cannot publish, so the line holds.
         handed = self._handed
         if handed or (self.connection.connected and len(self.outbox) == 0):
-            if not handed:
-                self._handed_at = self.clock.monotonic()
             handed.append(payload)
             if len(handed) == 1:
+                self._handed_at = self.clock.monotonic()
                 self._wake.set()
             elif len(handed) > MAX_HANDED_OVER:
                 self.send_handed_over()
