@@ -170,6 +170,8 @@ class OpenTasks:
                     pending.streamed = False
                     self._reopened.add(tid)
                     agents.append(pending.agent_id)
+            if agents:
+                self._collection.unsettled()
             return agents
 
     def open_task(self, tid: str, agent_id: str, run_id: str) -> Pending:

@@ -67,21 +67,46 @@ class Write:
 
 @dataclass
 class Collection:
+    """The tasks of one round by id; the mapping is never changed, only replaced."""
+
     pending: dict[str, Pending] = field(default_factory=dict)
+    _order: list[Pending] = field(init=False, repr=False)
+    _settled: int = field(default=0, init=False, repr=False)
+    """How many tasks of :attr:`_order`, from the first, :meth:`finished` found settled."""
+    _by_agent: dict[str, list[Pending]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._order = list(self.pending.values())
+        self._by_agent = {}
+        for pending in self._order:
+            self._by_agent.setdefault(pending.agent_id, []).append(pending)
 
     def finished(self) -> bool:
-        return all(p.done for p in self.pending.values())
+        """Whether every task is settled.
+
+        The round's waiter asks after every batch of answers; a task once settled stays
+        settled (until :meth:`unsettled`), so each call resumes where the last one found
+        the first open task instead of rescanning the whole round: a round of n tasks
+        costs O(n) over all calls, not O(n) per call.
+        """
+        order, settled = self._order, self._settled
+        while settled < len(order) and order[settled].done:
+            settled += 1
+        self._settled = settled
+        return settled == len(order)
+
+    def unsettled(self) -> None:
+        """A settled task was taken back (:meth:`~coordinator.adapters.open_tasks.OpenTasks.
+        reopen`): :meth:`finished` looks at every task again."""
+        self._settled = 0
 
     def writing(self) -> bool:
         return any(p.journaling and not p.done for p in self.pending.values())
 
     def unanswered(self, agent_id: str) -> list[Pending]:
-        """Tasks of ``agent_id`` neither settled nor being journaled."""
-        return [
-            p
-            for p in self.pending.values()
-            if p.agent_id == agent_id and not (p.done or p.journaling)
-        ]
+        """Tasks of ``agent_id`` neither settled nor being journaled, in the round's order
+        (looked up by agent: at every agent's reconnection, not a scan of the round)."""
+        return [p for p in self._by_agent.get(agent_id, ()) if not (p.done or p.journaling)]
 
 
 class ClosedTasks:
