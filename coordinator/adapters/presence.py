@@ -64,6 +64,8 @@ class AgentRegistry:
         }
         self._on_offline = on_offline
         self._on_online = on_online
+        self._online_trainers = 0
+        """How many agents are online and can train, kept as statuses arrive."""
 
     def update(self, status: AgentStatus) -> None:
         """Record ``status``; wakes anyone waiting in :meth:`wait_for`."""
@@ -84,6 +86,8 @@ class AgentRegistry:
                 if online
                 else (previous.model_version if previous else None),
             )
+            was_trainer = previous is not None and previous.online and previous.can_train
+            self._online_trainers += int(online and can_train) - int(was_trainer)
             self._changed.notify_all()
         if not online and previous is not None and previous.online and self._on_offline:
             self._on_offline(status.agent_id)
@@ -115,6 +119,12 @@ class AgentRegistry:
         """Online agents that can train, sorted."""
         with self._lock:
             return sorted(a for a, info in self._agents.items() if info.online and info.can_train)
+
+    def online_trainer_count(self) -> int:
+        """How many agents are online and can train: ``len(online_trainers())`` without
+        listing them, for a wait re-checked on every status (thousands at a fleet's start)."""
+        with self._lock:
+            return self._online_trainers
 
     def membership_view(self) -> tuple[list[str], list[str]]:
         """(online agents that can train, retired agents), both sorted, read at one instant."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from coordinator.adapters.presence import AgentRegistry
 from faultfleet.wire.messages import AgentStatus
 
@@ -218,3 +221,33 @@ def test_declared_samples_come_from_the_last_online_status() -> None:
     assert registry.declared_samples("a") == 250  # kept while offline
     assert registry.declared_samples("old") == 0  # not heard from since a restart
     assert registry.declared_samples("nobody") == 0
+
+
+_STATUS = st.tuples(
+    st.sampled_from(["m01", "m02", "m03"]),
+    st.sampled_from(["online", "offline", "retired"]),
+    st.booleans(),
+)
+
+
+@given(statuses=st.lists(_STATUS, max_size=30), known=st.sets(st.sampled_from(["m01", "m04"])))
+def test_the_online_trainer_count_is_the_length_of_the_list_after_any_statuses(
+    statuses: list[tuple[str, str, bool]], known: set[str]
+) -> None:
+    # Prepare: a registry with some agents known from before a restart
+    registry = AgentRegistry(known=sorted(known))
+    counts = [registry.online_trainer_count()]
+    lengths = [len(registry.online_trainers())]
+
+    # Execute: any sequence of statuses, an agent coming online with or without data,
+    # dropping, retiring, announcing itself twice
+    for agent, state, can_train in statuses:
+        if state == "online":
+            registry.update(online(agent, can_train=can_train, samples=int(can_train)))
+        else:
+            registry.update(AgentStatus(agent_id=agent, state=state))  # type: ignore[arg-type]
+        counts.append(registry.online_trainer_count())
+        lengths.append(len(registry.online_trainers()))
+
+    # Assert: the kept count never differs from the list it stands for
+    assert counts == lengths
