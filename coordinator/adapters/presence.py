@@ -34,6 +34,27 @@ class AgentInfo:
     """The model version it diagnoses with, as its last online status said."""
 
 
+@dataclass(frozen=True)
+class AgentCounts:
+    """How many agents a registry holds in each state, read at one instant."""
+
+    online: int
+    registered: int
+    retired: int
+
+
+def _online(info: AgentInfo | None) -> int:
+    return int(info is not None and info.online)
+
+
+def _online_trainer(info: AgentInfo | None) -> int:
+    return int(info is not None and info.online and info.can_train)
+
+
+def _retired(info: AgentInfo | None) -> int:
+    return int(info is not None and info.retired)
+
+
 class AgentRegistry:
     """Thread-safe view of the agents' presence.
 
@@ -64,8 +85,9 @@ class AgentRegistry:
         }
         self._on_offline = on_offline
         self._on_online = on_online
-        self._online_trainers = 0
-        """How many agents are online and can train, kept as statuses arrive."""
+        self._online = self._online_trainers = self._retired = 0
+        """How many agents are online, online and able to train, retired: kept as statuses
+        arrive, so that a status costs O(1), not a pass over the fleet."""
 
     def update(self, status: AgentStatus) -> None:
         """Record ``status``; wakes anyone waiting in :meth:`wait_for`."""
@@ -86,8 +108,10 @@ class AgentRegistry:
                 if online
                 else (previous.model_version if previous else None),
             )
-            was_trainer = previous is not None and previous.online and previous.can_train
-            self._online_trainers += int(online and can_train) - int(was_trainer)
+            current = self._agents[status.agent_id]
+            self._online += _online(current) - _online(previous)
+            self._online_trainers += _online_trainer(current) - _online_trainer(previous)
+            self._retired += _retired(current) - _retired(previous)
             self._changed.notify_all()
         if not online and previous is not None and previous.online and self._on_offline:
             self._on_offline(status.agent_id)
@@ -125,6 +149,12 @@ class AgentRegistry:
         listing them, for a wait re-checked on every status (thousands at a fleet's start)."""
         with self._lock:
             return self._online_trainers
+
+    def counts(self) -> AgentCounts:
+        """How many agents are online, seen and retired (the lengths of :meth:`online`,
+        :meth:`all` and :meth:`retired`) without listing them: read after every status."""
+        with self._lock:
+            return AgentCounts(self._online, len(self._agents), self._retired)
 
     def membership_view(self) -> tuple[list[str], list[str]]:
         """(online agents that can train, retired agents), both sorted, read at one instant."""

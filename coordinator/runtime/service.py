@@ -175,10 +175,9 @@ class CoordinatorService:
             status = status.model_copy(update={"can_train": False})
         self.registry.update(status)
         self.labelled.update(status)
+        counts = self.registry.counts()
         self.metrics.set_agents(
-            online=len(self.registry.online()),
-            registered=len(self.registry.all()),
-            retired=len(self.registry.retired()),
+            online=counts.online, registered=counts.registered, retired=counts.retired
         )
 
     def _on_oversized(self, topic: str, size_bytes: int) -> None:

@@ -231,13 +231,13 @@ _STATUS = st.tuples(
 
 
 @given(statuses=st.lists(_STATUS, max_size=30), known=st.sets(st.sampled_from(["m01", "m04"])))
-def test_the_online_trainer_count_is_the_length_of_the_list_after_any_statuses(
+def test_the_kept_counts_are_the_lengths_of_the_lists_after_any_statuses(
     statuses: list[tuple[str, str, bool]], known: set[str]
 ) -> None:
     # Prepare: a registry with some agents known from before a restart
     registry = AgentRegistry(known=sorted(known))
-    counts = [registry.online_trainer_count()]
-    lengths = [len(registry.online_trainers())]
+    counts: list[tuple[int, ...]] = []
+    lengths: list[tuple[int, ...]] = []
 
     # Execute: any sequence of statuses, an agent coming online with or without data,
     # dropping, retiring, announcing itself twice
@@ -246,8 +246,16 @@ def test_the_online_trainer_count_is_the_length_of_the_list_after_any_statuses(
             registry.update(online(agent, can_train=can_train, samples=int(can_train)))
         else:
             registry.update(AgentStatus(agent_id=agent, state=state))  # type: ignore[arg-type]
-        counts.append(registry.online_trainer_count())
-        lengths.append(len(registry.online_trainers()))
+        kept = registry.counts()
+        counts.append((registry.online_trainer_count(), kept.online, kept.registered, kept.retired))
+        lengths.append(
+            (
+                len(registry.online_trainers()),
+                len(registry.online()),
+                len(registry.all()),
+                len(registry.retired()),
+            )
+        )
 
-    # Assert: the kept count never differs from the list it stands for
+    # Assert: the kept counts never differ from the lists they stand for
     assert counts == lengths
