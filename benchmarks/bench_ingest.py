@@ -47,7 +47,11 @@ runs the raw receiver and then every variant, after one unmeasured warm-up of ea
 every round gets a fresh coordinator connection. Prints the medians over ``--repeats``
 of updates/s and MB/s (10^6 bytes of MQTT payload), the ratio to raw, and the per-update
 time of the answer check (``on_answer``, summed over the worker threads) and of the journal
-writes (writer thread).
+writes (writer thread), and ``cpu_ms``: the receiving process's CPU time per update, every
+thread's, from its first message to its last (``mosquitto_sub``'s over its whole life, read
+from the children's resource usage). On a machine whose cores the broker, the publisher
+and the receiver share, CPU per update is what decides the rate, and it varies far less
+between runs than the rate does.
 On a shared machine the spread between runs is large: raise ``--repeats``. Numbers only,
 no pass/fail.
 
@@ -121,6 +125,7 @@ def row(
         "publisher_s": statistics.median(r.publisher_seconds for r in runs),
         "check_ms": statistics.median(r.handler_seconds for r in runs) / n * 1e3,
         "journal_ms": statistics.median(r.journal_seconds for r in runs) / n * 1e3,
+        "cpu_ms": statistics.median(r.cpu_seconds for r in runs) / n * 1e3,
     }
 
 
@@ -131,7 +136,7 @@ def line(cells: dict[str, object]) -> str:
         f"{c['model']:<8}{c['receiver']:<15}{c['journal']:<8}{c['updates']:>6}"
         f"{c['updates_per_s']:>10.1f}{c['mb_per_s']:>9.1f}{c['ratio_to_raw']:>7.2f}"
         f"{c['wall_s']:>9.3f}{c['publisher_s']:>8.3f}{_ms(c['check_ms']):>11}"
-        f"{_ms(c['journal_ms']):>11}"
+        f"{_ms(c['journal_ms']):>11}{_ms(c['cpu_ms']):>8}"
     )
 
 
@@ -179,7 +184,8 @@ def main() -> None:
             expect(pipe, "ready")
             print(
                 f"{'model':<8}{'receiver':<15}{'journal':<8}{'n':>6}{'upd/s':>10}{'MB/s':>9}"
-                f"{'ratio':>7}{'wall_s':>9}{'pub_s':>8}{'check_ms':>11}{'journal_ms':>11}",
+                f"{'ratio':>7}{'wall_s':>9}{'pub_s':>8}{'check_ms':>11}{'journal_ms':>11}"
+                f"{'cpu_ms':>8}",
                 flush=True,
             )
             rows = []

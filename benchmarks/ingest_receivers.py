@@ -9,6 +9,7 @@ journal) with clocks on their handler and journal writes.
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 import threading
@@ -47,6 +48,9 @@ class Run:
     """Time spent in ``on_answer`` over all updates (all checking threads), seconds."""
     journal_seconds: float = float("nan")
     """Time spent in ``RoundJournal.record`` over all updates, seconds."""
+    cpu_seconds: float = float("nan")
+    """CPU time of the receiving process, every thread, from its first message to its last
+    (``mosquitto_sub``: over its whole life), seconds."""
 
 
 class TimedJournal(RoundJournal):
@@ -70,9 +74,15 @@ class TimedAnswers(AnswerCollector):
     handler_seconds = 0.0
     last_answer_at = 0.0
     """Unix time the last update was accepted (journaled and counted)."""
+    first_cpu_s = float("nan")
+    """The process's CPU time when the first answer was checked, seconds."""
+    last_cpu_s = float("nan")
+    """The process's CPU time when the last update was accepted, seconds."""
     _timing = threading.Lock()
 
     def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
+        if self.first_cpu_s != self.first_cpu_s:  # NaN: the first answer
+            self.first_cpu_s = time.process_time()
         started = time.perf_counter()
         super().on_answer(topic, payload, journal=journal)
         with self._timing:  # several checking threads add up
@@ -82,6 +92,7 @@ class TimedAnswers(AnswerCollector):
     def _settle(self, writes: Sequence[Any]) -> None:
         super()._settle(writes)
         self.last_answer_at = time.time()
+        self.last_cpu_s = time.process_time()
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,7 @@ def raw_run(work: Workload) -> Run:
     argv += ["mosquitto_sub", "-h", broker.host, "-p", str(broker.port), "-q", "1"]
     argv += ["-C", str(n), "-t", TOPICS.all_results(), "-i", "bench-ingest-raw"]
     argv += ["-d", "-F", "%U"]  # -d shows the SUBACK; %U prints the receipt time, not the payload
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with log_path.open("wb") as output:
         process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT)
     try:
@@ -122,9 +134,13 @@ def raw_run(work: Workload) -> Run:
         if process.poll() is None:
             process.kill()
             process.wait()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (children.ru_utime + children.ru_stime) - (
+        children_before.ru_utime + children_before.ru_stime
+    )
     _, started, acked, frame_bytes = expect(work.pipe, "done")
     stamps = [line for line in log_path.read_text().splitlines() if line[:1].isdigit()]
-    return Run(float(stamps[-1]) - started, acked - started, frame_bytes)
+    return Run(float(stamps[-1]) - started, acked - started, frame_bytes, cpu_seconds=cpu)
 
 
 def paho_run(work: Workload) -> Run:
@@ -137,11 +153,13 @@ def paho_run(work: Workload) -> Run:
     received = threading.Event()
     count = 0
     last = 0.0
+    cpu = [0.0, 0.0]  # the process's CPU time at the first and the last message
 
     def on_result(topic: str, payload: bytes) -> None:
         nonlocal count, last
         count += 1
         last = time.time()
+        cpu[count > 1] = time.process_time()
         if count == n:
             received.set()
 
@@ -158,7 +176,7 @@ def paho_run(work: Workload) -> Run:
         _, started, acked, frame_bytes = expect(work.pipe, "done")
     finally:
         connection.stop()
-    return Run(last - started, acked - started, frame_bytes)
+    return Run(last - started, acked - started, frame_bytes, cpu_seconds=cpu[1] - cpu[0])
 
 
 def fleet_round(
@@ -227,4 +245,5 @@ def fleet_round(
         frame_bytes,
         timed.handler_seconds,
         journal.seconds,
+        timed.last_cpu_s - timed.first_cpu_s,
     )
