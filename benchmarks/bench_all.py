@@ -3,11 +3,11 @@
 Usage: python benchmarks/bench_all.py [--out bench-out/all] [--only NAME ...] [--timeout-s 1800]
 
 Runs each performance benchmark that measures faultfleet against a baseline (a peer
-framework, the broker's raw rate, bare ONNX Runtime, numpy, the exact path) in its own
-process, with short settings so the set finishes in well under an hour on two cores, and
-collects what it writes with ``--json``. Each benchmark's output goes to ``OUT/NAME.log``
-and its JSON to ``OUT/NAME.json``; the table goes to ``OUT/bench.md`` and is printed. A
-benchmark that fails gives a row saying so (and the run exits 1 at the end).
+framework, the broker's raw rate, bare ONNX Runtime, numpy, the exact path, a smaller
+fleet) in its own process, with short settings so the set finishes in well under an hour on
+two cores, and collects what it writes with ``--json``. Each benchmark's output goes to
+``OUT/NAME.log`` and its JSON to ``OUT/NAME.json``; the table goes to ``OUT/bench.md`` and
+is printed. A benchmark that fails gives a row saying so (and the run exits 1 at the end).
 
 Columns: ``ours`` and ``baseline`` in the measure's unit, ``ratio`` = ours / baseline, and
 which direction is better. Short settings mean few repeats: the ratios are indications,
@@ -206,6 +206,23 @@ def compile_rows(doc: dict[str, Any]) -> list[Row]:
     ]
 
 
+def fleet_statuses_rows(doc: dict[str, Any]) -> list[Row]:
+    smallest = min(r["agents"] for r in doc["rows"])
+    largest = max(r["agents"] for r in doc["rows"])
+    base = {r["pass"]: r["us_per_status"] for r in doc["rows"] if r["agents"] == smallest}
+    return [
+        (
+            "fleet_statuses",
+            f"us per agent status at {largest} agents, {r['pass']} (vs {smallest} agents)",
+            r["us_per_status"],
+            base[r["pass"]],
+            "lower",
+        )
+        for r in doc["rows"]
+        if r["agents"] == largest and largest > smallest
+    ]
+
+
 def server_scale_document(path: Path) -> dict[str, Any]:
     """``bench_server_scale.py`` writes a list of rows."""
     rows = json.loads(path.read_text())
@@ -248,6 +265,12 @@ SUITE = (
         "bench_server_scale.py",
         ("--agents", "1000", "2000", "--rounds", "3"),
         server_scale_rows,
+    ),
+    Benchmark(
+        "fleet_statuses",
+        "bench_fleet_statuses.py",
+        ("--agents", "1000", "10000", "--repeats", "3"),
+        fleet_statuses_rows,
     ),
     Benchmark("peers", "bench_peers.py", ("--repeats", "1", "--rounds", "3"), peers_rows),
     Benchmark("compile", "bench_compile.py", ("--steps", "30", "--repeats", "3"), compile_rows),

@@ -102,3 +102,44 @@ def test_the_windowing_benchmark_ends_in_the_table(tmp_path: Path) -> None:
     table = (tmp_path / "bench.md").read_text()
     assert table.startswith("| benchmark | measure | ours | baseline | ratio | better |")
     assert "| windowing | windows/s, L=" in table
+
+
+def test_the_status_rows_give_each_pass_at_the_largest_fleet_against_the_smallest() -> None:
+    document = {
+        "rows": [
+            {"agents": n, "pass": name, "us_per_status": us}
+            for n, name, us in [
+                (1000, "first online", 20.0),
+                (1000, "offline", 18.0),
+                (10000, "first online", 30.0),
+                (10000, "offline", 18.0),
+            ]
+        ]
+    }
+
+    rows = bench_all.fleet_statuses_rows(document)
+    table = bench_all.table(rows, {})
+
+    assert rows == [
+        (
+            "fleet_statuses",
+            "us per agent status at 10000 agents, first online (vs 1000 agents)",
+            30.0,
+            20.0,
+            "lower",
+        ),
+        (
+            "fleet_statuses",
+            "us per agent status at 10000 agents, offline (vs 1000 agents)",
+            18.0,
+            18.0,
+            "lower",
+        ),
+    ]
+    assert "| 30 | 20 | 1.50 | lower |" in table
+
+
+def test_one_fleet_size_gives_no_status_rows() -> None:
+    document = {"rows": [{"agents": 1000, "pass": "offline", "us_per_status": 18.0}]}
+
+    assert bench_all.fleet_statuses_rows(document) == []
