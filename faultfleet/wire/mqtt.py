@@ -32,7 +32,14 @@ from faultfleet.wire.connect_failures import (
     describe_refusal,
     describe_socket_error,
 )
-from faultfleet.wire.dispatch import ConnectionState, Dispatcher, Handler, PublishError, Will
+from faultfleet.wire.dispatch import (
+    ConnectionState,
+    Dispatcher,
+    Handler,
+    PublishError,
+    Will,
+    topic_matches,
+)
 from faultfleet.wire.mqtt_client import (
     FailureReportingClient,
     Sender,
@@ -108,7 +115,7 @@ class MqttConnection:
         self.client_id = client_id
         self.settings = settings
         self.dispatcher = Dispatcher(
-            matches=paho.topic_matches_sub,
+            matches=topic_matches,
             max_payload_bytes=settings.max_payload_bytes,
             on_handler_error=on_handler_error,
             on_oversized=on_oversized,
