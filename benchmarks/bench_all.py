@@ -4,10 +4,11 @@ Usage: python benchmarks/bench_all.py [--out bench-out/all] [--only NAME ...] [-
 
 Runs each performance benchmark that measures faultfleet against a baseline (a peer
 framework, the broker's raw rate, bare ONNX Runtime, numpy, the exact path, a smaller
-fleet) in its own process, with short settings so the set finishes in well under an hour on
-two cores, and collects what it writes with ``--json``. Each benchmark's output goes to
-``OUT/NAME.log`` and its JSON to ``OUT/NAME.json``; the table goes to ``OUT/bench.md`` and
-is printed. A benchmark that fails gives a row saying so (and the run exits 1 at the end).
+fleet, the code without a bound) in its own process, with short settings so the set
+finishes in well under an hour on two cores, and collects what it writes with ``--json``.
+Each benchmark's output goes to ``OUT/NAME.log`` and its JSON to ``OUT/NAME.json``; the
+table goes to ``OUT/bench.md`` and is printed. A benchmark that fails gives a row saying
+so (and the run exits 1 at the end).
 
 Columns: ``ours`` and ``baseline`` in the measure's unit, ``ratio`` = ours / baseline, and
 which direction is better. Short settings mean few repeats: the ratios are indications,
@@ -223,6 +224,28 @@ def fleet_statuses_rows(doc: dict[str, Any]) -> list[Row]:
     ]
 
 
+def dispatch_rows(doc: dict[str, Any]) -> list[Row]:
+    by = {r["variant"]: r for r in doc["rows"]}
+    bounded, unbounded = by["bounded"], by["unbounded"]
+    what = f"{bounded['tasks']} {bounded['model']} fit tasks"
+    return [
+        (
+            "dispatch",
+            f"peak RSS MB dispatching {what} (vs no backlog bound)",
+            bounded["peak_rss_mb"],
+            unbounded["peak_rss_mb"],
+            "lower",
+        ),
+        (
+            "dispatch",
+            f"s to dispatch {what} (vs no backlog bound)",
+            bounded["seconds"],
+            unbounded["seconds"],
+            "lower",
+        ),
+    ]
+
+
 def server_scale_document(path: Path) -> dict[str, Any]:
     """``bench_server_scale.py`` writes a list of rows."""
     rows = json.loads(path.read_text())
@@ -266,6 +289,7 @@ SUITE = (
         ("--agents", "1000", "2000", "--rounds", "3"),
         server_scale_rows,
     ),
+    Benchmark("dispatch", "bench_dispatch.py", ("--tasks", "48", "--repeats", "1"), dispatch_rows),
     Benchmark(
         "fleet_statuses",
         "bench_fleet_statuses.py",

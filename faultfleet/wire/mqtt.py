@@ -299,6 +299,18 @@ class MqttConnection:
         acknowledged = self._sender.send_all(messages, timeout_s)
         return acknowledged.index(False) if False in acknowledged else len(acknowledged)
 
+    def wait_backlog(self, max_bytes: int, timeout_s: float) -> bool:
+        """Wait until at most ``max_bytes`` of QoS 1 payload published so far wait for the
+        broker's acknowledgement; False after ``timeout_s`` seconds. Not callable from a
+        handler.
+
+        A caller publishing many large messages waits here before each, so that what paho
+        holds for the broker (every message until its PUBACK) stays near ``max_bytes``
+        instead of growing with the number of messages.
+        """
+        self._refuse_on_network_thread("wait_backlog()")
+        return self._sender.acknowledgements.wait_below(max_bytes, timeout_s)
+
     def wait_acknowledged(self, timeout_s: float) -> bool:
         """Wait until the broker acknowledged every QoS 1 message published so far.
 

@@ -186,26 +186,55 @@ class Acknowledgements:
 
     paho sends the unacknowledged ones again after a reconnect; :meth:`wait` lets a caller
     that must keep its messages in order (the agent's diagnosis outbox) wait for them
-    before it sends newer ones.
+    before it sends newer ones, and :meth:`wait_below` lets one that publishes many large
+    messages (the coordinator's fit tasks) hold back until the broker has taken most of
+    what it sent, so that the messages waiting in paho stay within a byte budget.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sent: deque[paho.MQTTMessageInfo] = deque()
+        self._sent: deque[tuple[paho.MQTTMessageInfo, int]] = deque()
+        self._bytes = 0
+        """Payload bytes of the messages in :attr:`_sent`."""
 
-    def add(self, info: paho.MQTTMessageInfo) -> None:
-        """Track ``info``; forgets the oldest ones already acknowledged."""
+    def add(self, info: paho.MQTTMessageInfo, size_bytes: int) -> None:
+        """Track ``info`` (a payload of ``size_bytes``); forgets the oldest ones already
+        acknowledged."""
         with self._lock:
-            while self._sent and self._sent[0].is_published():
-                self._sent.popleft()
-            self._sent.append(info)
+            self._forget_acknowledged()
+            self._sent.append((info, size_bytes))
+            self._bytes += size_bytes
+
+    def pending_bytes(self) -> int:
+        """Payload bytes sent and not acknowledged, counted up to the oldest unacknowledged
+        message (the broker acknowledges a connection's messages in order)."""
+        with self._lock:
+            self._forget_acknowledged()
+            return self._bytes
 
     def wait(self, timeout_s: float) -> bool:
         """Wait until every message tracked so far is acknowledged; False after ``timeout_s``."""
         with self._lock:
-            sent = list(self._sent)
+            sent = [info for info, _ in self._sent]
         deadline = time.monotonic() + timeout_s
         return all(wait_published(info, deadline - time.monotonic()) for info in sent)
+
+    def wait_below(self, max_bytes: int, timeout_s: float) -> bool:
+        """Wait until at most ``max_bytes`` of payload are unacknowledged, oldest first;
+        False after ``timeout_s`` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                self._forget_acknowledged()
+                if self._bytes <= max_bytes:
+                    return True
+                oldest = self._sent[0][0]
+            if not wait_published(oldest, deadline - time.monotonic()):
+                return False
+
+    def _forget_acknowledged(self) -> None:
+        while self._sent and self._sent[0][0].is_published():
+            self._bytes -= self._sent.popleft()[1]
 
 
 class Sender:
@@ -264,7 +293,7 @@ class Sender:
         elif info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             raise PublishError(f"cannot publish to {topic!r}: {paho.error_string(info.rc)}")
         if qos > 0:
-            self.acknowledgements.add(info)
+            self.acknowledgements.add(info, len(data))
         return info
 
     def send_all(self, messages: Sequence[tuple[str, bytes, bool]], timeout_s: float) -> list[bool]:

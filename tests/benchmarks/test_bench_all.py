@@ -143,3 +143,35 @@ def test_one_fleet_size_gives_no_status_rows() -> None:
     document = {"rows": [{"agents": 1000, "pass": "offline", "us_per_status": 18.0}]}
 
     assert bench_all.fleet_statuses_rows(document) == []
+
+
+def test_the_dispatch_rows_give_the_bounded_backlog_against_the_unbounded_one() -> None:
+    document = {
+        "rows": [
+            {
+                "variant": "bounded",
+                "model": "paper",
+                "tasks": 48,
+                "seconds": 1.2,
+                "peak_rss_mb": 480.0,
+            },
+            {
+                "variant": "unbounded",
+                "model": "paper",
+                "tasks": 48,
+                "seconds": 1.6,
+                "peak_rss_mb": 1600.0,
+            },
+        ]
+    }
+
+    table = bench_all.table(bench_all.dispatch_rows(document), {})
+
+    assert (
+        "| dispatch | peak RSS MB dispatching 48 paper fit tasks (vs no backlog bound) | 480 "
+        "| 1600 | 0.30 | lower |" in table
+    )
+    assert (
+        "| dispatch | s to dispatch 48 paper fit tasks (vs no backlog bound) | 1.2 | 1.6 "
+        "| 0.75 | lower |" in table
+    )

@@ -21,9 +21,11 @@ from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.round_tasks import Collection, RoundAbortedError
+from coordinator.adapters.task_frames import Frame
 from coordinator.strategies.robust import AggregationPolicy
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import FitResult, FitTask, TrainConfig
+from faultfleet.wire.codec import encode_frame
 from faultfleet.wire.messages import AgentStatus, FitTaskMessage, ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
@@ -43,6 +45,7 @@ def fleet(
     registry: AgentRegistry,
     metrics: CoordinatorMetrics | None = None,
     connection: MqttConnection | None = None,
+    deadline_s: float = 30.0,
 ) -> MqttFleet:
     return MqttFleet(
         connection or MqttConnection(client_id="never-started", settings=BrokerSettings()),
@@ -53,7 +56,7 @@ def fleet(
         model=ModelSpec(name="compact", sample_shape=(1, 1024), n_classes=12),
         n_params=10,
         encoding=TensorEncoding(),
-        deadline_s=30.0,
+        deadline_s=deadline_s,
         min_quorum=1,
         journal=RoundJournal(journal_dir),
         metrics=metrics or CoordinatorMetrics(CollectorRegistry()),
@@ -223,6 +226,83 @@ def test_dispatches_from_two_threads_run_one_after_the_other(tmp_path: Path) -> 
     # Assert
     assert not second_entered
     assert most == 1
+
+
+# -- a round's tasks wait for the broker ---------------------------------------------------
+
+
+def _fit_frames(mqtt_fleet: MqttFleet, agents: tuple[str, ...]) -> list[Frame]:
+    start = np.zeros(10, dtype=np.float32)
+    tasks = [FitTask(agent, {"global": start}, TrainConfig(), seed=1) for agent in agents]
+    return mqtt_fleet.frames.fit(1, tasks)
+
+
+def test_tasks_beyond_the_backlog_the_broker_never_took_fail_as_not_sent(
+    tmp_path: Path,
+) -> None:
+    # Prepare: no broker (the connection never starts, so nothing is acknowledged); a
+    # budget of one byte and a deadline of 0.5 s for a round of three fit tasks
+    registry = AgentRegistry()
+    for agent in ("a", "b", "c"):
+        registry.update(status(agent, "online"))
+    mqtt_fleet = fleet(tmp_path, registry, deadline_s=0.5).start()
+    mqtt_fleet.answers.max_backlog_bytes = 1
+    mqtt_fleet.begin_round(1, replay=False)
+    frames = _fit_frames(mqtt_fleet, ("a", "b", "c"))
+
+    # Execute
+    started = time.monotonic()
+    collection, bytes_down = mqtt_fleet.answers.dispatch(frames, {})
+    took_s = time.monotonic() - started
+    mqtt_fleet.close()
+
+    # Assert: a's task was sent (and waits in the client); b's waited for it until the
+    # deadline; c's came after the deadline; none was answered
+    reasons = {p.agent_id: p.failure.reason for p in collection if p.failure is not None}
+    assert reasons["a"] == "no answer within the 0.5 s deadline"
+    assert reasons["b"].startswith("task not sent: the broker did not take")
+    assert reasons["c"] == reasons["b"]
+    _, header, body = frames[0]
+    assert bytes_down == len(encode_frame(header, body))  # a's task only
+    assert 0.45 <= took_s < 5
+
+
+def test_abort_ends_a_dispatch_waiting_for_the_broker(tmp_path: Path) -> None:
+    # Prepare: no broker, a budget of one byte, a long deadline
+    registry = AgentRegistry()
+    for agent in ("a", "b"):
+        registry.update(status(agent, "online"))
+    mqtt_fleet = fleet(tmp_path, registry, deadline_s=600.0).start()
+    mqtt_fleet.answers.max_backlog_bytes = 1
+    mqtt_fleet.begin_round(1, replay=False)
+    frames = _fit_frames(mqtt_fleet, ("a", "b"))
+    outcome: list[str] = []
+
+    def run_round() -> None:
+        try:
+            mqtt_fleet.answers.dispatch(frames, {})
+            outcome.append("returned")
+        except RoundAbortedError:
+            outcome.append("aborted")
+
+    round_thread = threading.Thread(target=run_round)
+    round_thread.start()
+
+    # Execute: the coordinator stops while the dispatch waits to send b's task
+    time.sleep(0.3)
+    started = time.monotonic()
+    mqtt_fleet.abort()
+    round_thread.join(30)
+    took_s = time.monotonic() - started
+    mqtt_fleet.close()
+
+    # Assert: b's task was never sent (only a's waits in the client); the wait ended within
+    # one slice of it
+    _, header, body = frames[0]
+    held = mqtt_fleet.answers.connection._sender.acknowledgements.pending_bytes()
+    assert held == len(encode_frame(header, body))
+    assert outcome == ["aborted"]
+    assert took_s < 2
 
 
 # -- answers are checked off the network thread --------------------------------------------

@@ -433,6 +433,59 @@ def test_publish_many_without_a_broker_acknowledges_none() -> None:
     assert acknowledged == 0
 
 
+def test_a_sender_waiting_for_its_backlog_never_holds_more_than_the_budget_and_one_message(
+    connect: Connect,
+) -> None:
+    # Prepare: a receiver of 40 messages of 100 kB, a sender with a 250 kB budget
+    inbox = Inbox()
+    receiver = connect("backlog-receiver", start=False)
+    receiver.route("ff/backlog/#", inbox)
+    receiver.start()
+    assert receiver.wait_subscribed(TIMEOUT_S)
+    sender = connect("backlog-sender")
+    size, budget = 100_000, 250_000
+    held = []
+
+    # Execute: before each publish, wait until the backlog is within the budget
+    for index in range(40):
+        assert sender.wait_backlog(budget, TIMEOUT_S)
+        held.append(sender._sender.acknowledgements.pending_bytes())
+        sender.publish(f"ff/backlog/{index}", bytes([index]) * size)
+        held.append(sender._sender.acknowledgements.pending_bytes())
+
+    # Assert: never more than the budget plus the message just sent; everything arrives in
+    # order and is acknowledged
+    assert max(held) <= budget + size
+    assert inbox.wait_for(40)
+    assert [payload[0] for payload in inbox.payloads] == list(range(40))
+    assert sender.wait_acknowledged(TIMEOUT_S)
+    assert sender._sender.acknowledgements.pending_bytes() == 0
+
+
+def test_the_backlog_of_a_connection_without_a_broker_does_not_drain() -> None:
+    # Prepare: nothing listens on the port; two messages wait in the client
+    connection = MqttConnection(client_id="backlogged", settings=BrokerSettings(port=free_port()))
+    connection.start()
+    try:
+        connection.publish("ff/b", b"x" * 1000)
+        connection.publish("ff/b", b"y" * 500)
+
+        # Execute
+        started = time.monotonic()
+        within_1000 = connection.wait_backlog(1000, 0.3)
+        waited_s = time.monotonic() - started
+        within_1500 = connection.wait_backlog(1500, 0.3)
+        pending = connection._sender.acknowledgements.pending_bytes()
+    finally:
+        connection.stop()
+
+    # Assert: 1,500 bytes wait; a budget below that times out, one above it holds at once
+    assert not within_1000
+    assert waited_s >= 0.25
+    assert within_1500
+    assert pending == 1500
+
+
 def test_messages_sent_while_a_killed_broker_is_down_are_acknowledged_after_it_returns(
     broker: RunningBroker, connect: Connect
 ) -> None:
