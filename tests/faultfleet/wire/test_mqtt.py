@@ -71,6 +71,17 @@ def connect(broker_settings: BrokerSettings) -> Iterator[Connect]:
         connection.stop()
 
 
+def listening(connect: Connect, client_id: str, topic_filter: str) -> Inbox:
+    """An Inbox of ``topic_filter`` on a new connection, once the broker confirmed the
+    subscription."""
+    inbox = Inbox()
+    receiver = connect(client_id, start=False)
+    receiver.route(topic_filter, inbox)
+    receiver.start()
+    assert receiver.wait_subscribed(TIMEOUT_S)
+    return inbox
+
+
 def test_messages_reach_only_the_matching_handlers(connect: Connect) -> None:
     # Prepare: two routes before connecting, one added while connected.
     wildcard, plus, exact = Inbox(), Inbox(), Inbox()
@@ -405,11 +416,7 @@ def test_publish_wait_times_out_while_the_broker_is_down() -> None:
 
 def test_publish_many_sends_in_order_and_counts_the_acknowledged(connect: Connect) -> None:
     # Prepare
-    inbox = Inbox()
-    receiver = connect("many-receiver", start=False)
-    receiver.route("ff/many/#", inbox)
-    receiver.start()
-    assert receiver.wait_subscribed(TIMEOUT_S)
+    inbox = listening(connect, "many-receiver", "ff/many/#")
     sender = connect("many-sender")
     messages = [(f"ff/many/{index}", f"m{index}".encode(), False) for index in range(5)]
 
@@ -437,11 +444,7 @@ def test_a_sender_waiting_for_its_backlog_never_holds_more_than_the_budget_and_o
     connect: Connect,
 ) -> None:
     # Prepare: a receiver of 40 messages of 100 kB, a sender with a 250 kB budget
-    inbox = Inbox()
-    receiver = connect("backlog-receiver", start=False)
-    receiver.route("ff/backlog/#", inbox)
-    receiver.start()
-    assert receiver.wait_subscribed(TIMEOUT_S)
+    inbox = listening(connect, "backlog-receiver", "ff/backlog/#")
     sender = connect("backlog-sender")
     size, budget = 100_000, 250_000
     held = []
