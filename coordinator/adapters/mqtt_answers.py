@@ -70,7 +70,8 @@ DISPATCH_BACKLOG_BYTES = 64 * 1024 * 1024
 Without a bound, a round's tasks all wait in paho until the broker takes them: 2,500 tasks
 of the 17.6 MB ``paper`` model would hold 44 GB. With it, :meth:`AnswerCollector.dispatch`
 sends the next task once the backlog is below the bound, and a round's dispatch holds about
-this much plus one task, whatever the fleet's size; the broker's pace is unchanged."""
+this much plus one task, whatever the fleet's size, and is no slower
+(``benchmarks/bench_dispatch.py``)."""
 BACKLOG_SLICE_S = 0.5
 """Longest single wait for the broker's acknowledgements while dispatching, seconds."""
 
