@@ -68,7 +68,7 @@ def measure(n: int, folder: Path) -> dict[str, float]:
         started = time.process_time()
         for topic, payload in messages:
             service._on_status(topic, payload)
-            waiting += registry.online_trainer_count() < n  # the start-up wait's test
+            waiting += registry.counts().online_trainers < n  # the start-up wait's test
         seconds[name] = time.process_time() - started
         expected = {"first online": n - 1, "online again": 0, "offline": n}[name]
         if waiting != expected:

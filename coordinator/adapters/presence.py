@@ -39,6 +39,8 @@ class AgentCounts:
     """How many agents a registry holds in each state, read at one instant."""
 
     online: int
+    online_trainers: int
+    """Online and able to train (holding labelled data)."""
     registered: int
     retired: int
 
@@ -144,17 +146,14 @@ class AgentRegistry:
         with self._lock:
             return sorted(a for a, info in self._agents.items() if info.online and info.can_train)
 
-    def online_trainer_count(self) -> int:
-        """How many agents are online and can train: ``len(online_trainers())`` without
-        listing them, for a wait re-checked on every status (thousands at a fleet's start)."""
-        with self._lock:
-            return self._online_trainers
-
     def counts(self) -> AgentCounts:
-        """How many agents are online, seen and retired (the lengths of :meth:`online`,
-        :meth:`all` and :meth:`retired`) without listing them: read after every status."""
+        """How many agents are online, online trainers, seen and retired (the lengths of
+        :meth:`online`, :meth:`online_trainers`, :meth:`all` and :meth:`retired`) without
+        listing them: read after every status, thousands of them at a fleet's start."""
         with self._lock:
-            return AgentCounts(self._online, len(self._agents), self._retired)
+            return AgentCounts(
+                self._online, self._online_trainers, len(self._agents), self._retired
+            )
 
     def membership_view(self) -> tuple[list[str], list[str]]:
         """(online agents that can train, retired agents), both sorted, read at one instant."""

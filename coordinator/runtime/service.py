@@ -354,7 +354,7 @@ class CoordinatorService:
                     self._broker_note(),
                 )
                 last_log = time.monotonic()
-            self.registry.wait_for(lambda: self.registry.online_trainer_count() >= wanted, 1.0)
+            self.registry.wait_for(lambda: self.registry.counts().online_trainers >= wanted, 1.0)
         return None
 
     def _broker_note(self) -> str:

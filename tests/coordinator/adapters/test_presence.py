@@ -247,7 +247,7 @@ def test_the_kept_counts_are_the_lengths_of_the_lists_after_any_statuses(
         else:
             registry.update(AgentStatus(agent_id=agent, state=state))  # type: ignore[arg-type]
         kept = registry.counts()
-        counts.append((registry.online_trainer_count(), kept.online, kept.registered, kept.retired))
+        counts.append((kept.online_trainers, kept.online, kept.registered, kept.retired))
         lengths.append(
             (
                 len(registry.online_trainers()),
