@@ -9,6 +9,7 @@ journal) with clocks on their handler and journal writes.
 
 from __future__ import annotations
 
+import math
 import resource
 import shutil
 import subprocess
@@ -81,7 +82,7 @@ class TimedAnswers(AnswerCollector):
     _timing = threading.Lock()
 
     def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
-        if self.first_cpu_s != self.first_cpu_s:  # NaN: the first answer
+        if math.isnan(self.first_cpu_s):  # the first answer
             self.first_cpu_s = time.process_time()
         started = time.perf_counter()
         super().on_answer(topic, payload, journal=journal)
