@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from process_memory import own_peak_rss_bytes, rss_bytes, run_json_worker
 
@@ -118,7 +119,7 @@ def dispatch_once(port: int, model: str, n: int, backlog_bytes: int) -> dict[str
 
 
 def _dispatch(fleet: MqttFleet, frames: list[Frame]) -> None:
-    with contextlib.suppress(RoundAbortedError):  # the benchmark ends the round so
+    with contextlib.suppress(RoundAbortedError):  # aborted once every task is acknowledged
         fleet.answers.dispatch(frames, {})
 
 
@@ -136,7 +137,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     broker = start_broker(prefer="mosquitto")
-    runs: dict[str, list[dict[str, object]]] = {name: [] for name in VARIANTS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
     try:
         for _ in range(args.repeats):
             for name in VARIANTS:
@@ -151,9 +152,9 @@ def main() -> None:
         flush=True,
     )
     for name, got in runs.items():
-        seconds = statistics.median(float(str(r["seconds"])) for r in got)
-        peak = statistics.median(float(str(r["peak_rss_mb"])) for r in got)
-        before = statistics.median(float(str(r["rss_before_mb"])) for r in got)
+        seconds = statistics.median(float(r["seconds"]) for r in got)
+        peak = statistics.median(float(r["peak_rss_mb"]) for r in got)
+        before = statistics.median(float(r["rss_before_mb"]) for r in got)
         rows.append(
             {
                 "variant": name,
