@@ -4,7 +4,7 @@ Two agents diagnose over a real Mosquitto that is killed (SIGKILL) and restarted
 keeps up to the default 100,000 diagnoses in its outbox, ``m01`` only 10. A plant
 historian — here a recorder with a persistent session — must get, in order, every diagnosis
 ``m00`` made from the kill on; of ``m01`` all but the oldest of those made during the
-outage, the ones dropped being exactly what ``faultfleet_diagnoses_dropped_total`` counts.
+outage, the ones dropped being what ``faultfleet_diagnoses_dropped_total`` counts.
 (A diagnosis the broker acknowledged but had not passed on when it was killed is lost with
 it: MQTT's QoS 1 ends at the broker.)
 """
@@ -125,11 +125,17 @@ def test_diagnoses_made_during_a_broker_outage_arrive_after_it_in_order(
     assert received == sorted(received)
     assert [i for i in received if i >= before_kill[0]] == since_kill
 
-    # Assert: m01 kept the newest 10 of the outage; the oldest ones dropped, all counted
+    # Assert: m01 kept the newest 10 of the outage; the oldest ones dropped, all counted.
+    # Every diagnosis missing from the kill on was dropped. A drop may also be one made just
+    # before the kill: handed over and still waiting for `publish_delay_s` when the broker
+    # went, it was kept in the outbox with the outage's; one the broker acknowledged but had
+    # not passed on dies with the broker uncounted. So the drops lie between the two counts.
     received = _received(recorder, "m01")
-    since_kill = [i for i in _logged(m01) if before_kill[1] <= i <= max(received)]
-    missing = [index for index in since_kill if index not in received]
+    logged = [i for i in _logged(m01) if i <= max(received)]
+    missing = [index for index in logged if index not in received]
+    missing_since_kill = [index for index in missing if index >= before_kill[1]]
     assert kept[1] == SMALL_OUTBOX
     assert received == sorted(received)
-    assert len(missing) == dropped >= DURING_OUTAGE - SMALL_OUTBOX
+    assert len(missing_since_kill) <= dropped <= len(missing)
+    assert dropped >= DURING_OUTAGE - SMALL_OUTBOX
     assert missing == list(range(missing[0], missing[0] + len(missing)))  # the oldest, in a row
