@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.adapters.answer_workers import AnswerWorkers
+from coordinator.adapters.byte_budget import ANSWER_BUDGET_BYTES, ByteBudget
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.journal_writer import Entry, JournalWriter
 from coordinator.adapters.round_tasks import decoded_update
@@ -80,6 +81,8 @@ class _Accepted:
     message: FitUpdateMessage
     result: FitResult
     payload: bytes
+    held: bool
+    """Whether the payload's bytes are held in the worker's budget until it is journaled."""
 
 
 def _entry(accepted: _Accepted) -> Entry:
@@ -102,6 +105,10 @@ class IngestWorker:
         Threads checking updates off the network thread.
     share_group : str
         The shared subscription's group: every worker of one coordinator uses the same.
+    max_held_bytes : int
+        Bytes of received messages held between arriving and being refused, forwarded or
+        journaled and folded, before the network thread waits to take the next one
+        (:data:`~coordinator.adapters.byte_budget.ANSWER_BUDGET_BYTES` by default).
     """
 
     def __init__(
@@ -114,6 +121,7 @@ class IngestWorker:
         max_payload_bytes: int,
         check_threads: int = 2,
         share_group: str = SHARE_GROUP,
+        max_held_bytes: int = ANSWER_BUDGET_BYTES,
     ) -> None:
         self.connection = connection
         self.topics = topics
@@ -130,8 +138,10 @@ class IngestWorker:
         self._closed = False
         self._retracted: set[str] = set()
         self._journal = journal
+        self.held = ByteBudget(max_held_bytes)
+        """The received messages' bytes not yet refused, forwarded or journaled."""
         self._writer: JournalWriter[_Accepted] = JournalWriter(
-            journal, written=self._forward, failed=self._unwritten, entry=_entry
+            journal, written=self._journaled, failed=self._unwritten, entry=_entry
         )
         self._workers = AnswerWorkers(check_threads, name=f"ingest-{worker_id}")
 
@@ -238,24 +248,44 @@ class IngestWorker:
     # -- updates ---------------------------------------------------------------------------
 
     def _receive(self, topic: str, payload: bytes) -> None:
+        """Network thread: queue a message for the checking thread of its agent, once the
+        messages held leave room for it (:attr:`held`)."""
         agent = self.topics.agent_of(topic) or topic
-        self._workers.call(agent, lambda: self.on_answer(topic, payload))
+        self.held.take(len(payload))
+        self._workers.call(agent, lambda: self._check_held(topic, payload))
+
+    def _check_held(self, topic: str, payload: bytes) -> None:
+        """:meth:`on_answer`, then give back the message's bytes unless the journal writer
+        took it (which gives them back once it is written and folded)."""
+        journaling = False
+        try:
+            journaling = self._take(topic, payload, held=True)
+        finally:
+            if not journaling:
+                self.held.give_back(len(payload))
 
     def on_answer(self, topic: str, payload: bytes) -> None:
         """Check one message of ``agents/+/results`` and journal a fit update (worker
         thread); anything refused is counted by reason and logged."""
+        self._take(topic, payload, held=False)
+
+    def _take(self, topic: str, payload: bytes, *, held: bool) -> bool:
+        """:meth:`on_answer`; ``held``: the payload's bytes are held in :attr:`held`. True
+        when the message went to the journal writer (which gives them back)."""
         try:
-            accepted = self._check(topic, payload)
+            accepted = self._check(topic, payload, held=held)
         except WireError as error:
             self.counts[str(error.reason)] += 1
             logger.info(
                 "ingest worker %s refused %s (%s): %s", self.worker_id, topic, error.reason, error
             )
-            return
-        if accepted is not None:
-            self._writer.put(accepted)
+            return False
+        if accepted is None:
+            return False
+        self._writer.put(accepted)
+        return True
 
-    def _check(self, topic: str, payload: bytes) -> _Accepted | None:
+    def _check(self, topic: str, payload: bytes, *, held: bool) -> _Accepted | None:
         header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
         answer = parse_envelope(ANSWER_ADAPTER, header)
         if not isinstance(answer, FitUpdateMessage):
@@ -279,7 +309,7 @@ class IngestWorker:
         result = _fit_result(
             answer, body, plan, stream, max_bytes=self.max_payload_bytes, copy=False
         )
-        return _Accepted(answer, result, payload)
+        return _Accepted(answer, result, payload, held)
 
     def _forward_answer(self, topic: str, payload: bytes) -> None:
         """Hand an answer other than a fit update (evaluation, probe, failure) to the
@@ -321,8 +351,22 @@ class IngestWorker:
             self.connection.publish(self._summaries(), encode_frame(summary, body))
             self.counts["accepted"] += 1
 
+    def _journaled(self, batch: Sequence[_Accepted]) -> None:
+        """Writer thread: fold and summarise the journaled updates, then give back the
+        bytes they held."""
+        try:
+            self._forward(batch)
+        finally:
+            self._give_back(batch)
+
     def _unwritten(self, batch: Sequence[_Accepted]) -> None:
+        """Writer thread: count the updates the journal could not write; give back their
+        bytes."""
         self.counts["unjournaled"] += len(batch)
+        self._give_back(batch)
+
+    def _give_back(self, batch: Sequence[_Accepted]) -> None:
+        self.held.give_back(sum(len(a.payload) for a in batch if a.held))
 
     def _summaries(self) -> str:
         return self.topics.ingest_summaries(self.worker_id)

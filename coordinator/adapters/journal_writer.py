@@ -59,6 +59,9 @@ class JournalWriter(Generic[W]):
         self.entry = entry
         self._writes: queue.Queue[W | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._closed = False
+        """Set by :meth:`close`, cleared by :meth:`start`: nothing is queued behind the end."""
+        self._lock = threading.Lock()
 
     @property
     def running(self) -> bool:
@@ -73,21 +76,35 @@ class JournalWriter(Generic[W]):
         RuntimeError
             Started already.
         """
-        if self._thread is not None:
-            raise RuntimeError("the answer collector is started already")
-        self._thread = threading.Thread(target=self._run, name="round-journal", daemon=True)
-        self._thread.start()
+        with self._lock:
+            if self._thread is not None:
+                raise RuntimeError("the journal writer is started already")
+            self._thread = threading.Thread(target=self._run, name="round-journal", daemon=True)
+            self._thread.start()
+            self._closed = False
 
     def put(self, write: W) -> None:
-        """Queue ``write``; it is reported written or failed later, on the writer thread."""
-        self._writes.put(write)
+        """Queue ``write``; it is reported written or failed later, on the writer thread.
+
+        Before :meth:`start` it waits for the thread; after :meth:`close` it is reported
+        failed at once, on the caller's thread: nothing put is left unreported.
+        """
+        with self._lock:
+            if not self._closed:
+                self._writes.put(write)
+                return
+        logger.warning("the round journal's writer is closed; an update is not journaled")
+        self.failed([write])
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop the thread once it has written what it holds (waits at most ``timeout_s``
-        seconds); updates queued later are no longer written."""
-        thread, self._thread = self._thread, None
+        seconds); updates put later are reported failed."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._writes.put(None)
+                self._closed = True
         if thread is not None:
-            self._writes.put(None)
             thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -110,6 +127,14 @@ class JournalWriter(Generic[W]):
                 self.journal.record_many(entries)
             except Exception:
                 logger.exception("could not write %d update(s) to the round journal", len(batch))
-                self.failed(batch)
+                self._report(self.failed, batch)
                 continue
-            self.written(batch)
+            self._report(self.written, batch)
+
+    def _report(self, report: Callable[[Sequence[W]], None], batch: list[W]) -> None:
+        """``report(batch)``; an error in it is logged and the thread carries on with the
+        next batch (the updates are journaled, or not, either way)."""
+        try:
+            report(batch)
+        except Exception:
+            logger.exception("handling %d journaled update(s) failed; carrying on", len(batch))

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.adapters.answer_workers import AnswerWorkers
+from coordinator.adapters.byte_budget import ANSWER_BUDGET_BYTES, ByteBudget
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.journal_writer import JournalWriter, write_entry
 from coordinator.adapters.metrics import CoordinatorMetrics
@@ -107,6 +108,10 @@ class AnswerCollector(OpenTasks):
     max_backlog_bytes : int
         Bytes of tasks sent and not yet acknowledged by the broker before :meth:`dispatch`
         waits to send the next one (:data:`DISPATCH_BACKLOG_BYTES` by default).
+    max_held_bytes : int
+        Bytes of received answers held between :meth:`receive` and being refused or
+        journaled, before the network thread waits to take the next one
+        (:data:`~coordinator.adapters.byte_budget.ANSWER_BUDGET_BYTES` by default).
 
     Nothing runs until :meth:`start`.
     """
@@ -127,6 +132,7 @@ class AnswerCollector(OpenTasks):
         declared_samples: Callable[[str], int] | None = None,
         check_threads: int = 2,
         max_backlog_bytes: int = DISPATCH_BACKLOG_BYTES,
+        max_held_bytes: int = ANSWER_BUDGET_BYTES,
     ) -> None:
         super().__init__(
             run_id=run_id, deadline_s=deadline_s, metrics=metrics, round_clock=round_clock
@@ -139,8 +145,10 @@ class AnswerCollector(OpenTasks):
         self.journal = journal
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
+        self.held = ByteBudget(max_held_bytes)
+        """The received answers' bytes not yet refused or journaled (:meth:`receive`)."""
         self._writer = JournalWriter(
-            journal, written=self._settle, failed=self._unwritten, entry=write_entry
+            journal, written=self._journaled, failed=self._not_journaled, entry=write_entry
         )
         self.stream: UpdateStream | None = None
         """Where updates go instead of their tasks' results (set per round by the fleet)."""
@@ -278,9 +286,22 @@ class AnswerCollector(OpenTasks):
 
     def receive(self, topic: str, payload: bytes) -> None:
         """Network thread: queue a message on ``agents/+/results`` for the worker of its
-        agent (waits while that worker's queue is full)."""
+        agent (waits while that worker's queue is full, or while the answers held would go
+        over :attr:`held`'s budget). The message's bytes are held until it is refused, or
+        journaled and taken."""
         agent = self.topics.agent_of(topic) or topic
-        self._workers.call(agent, lambda: self.on_answer(topic, payload))
+        self.held.take(len(payload))
+        self._workers.call(agent, lambda: self._check_held(topic, payload))
+
+    def _check_held(self, topic: str, payload: bytes) -> None:
+        """:meth:`on_answer` for a message :meth:`receive` holds; gives its bytes back
+        unless the journal writer took it (which gives them back once it is written)."""
+        journaling = False
+        try:
+            journaling = self._check(topic, payload, journal=True, held=True)
+        finally:
+            if not journaling:
+                self.held.give_back(len(payload))
 
     def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
         """Check one message on ``agents/+/results`` and take its answer (worker thread).
@@ -288,10 +309,15 @@ class AnswerCollector(OpenTasks):
         ``journal=False`` replays an update already in the journal (after a restart): it is
         neither written again nor counted as traffic.
         """
+        self._check(topic, payload, journal=journal, held=False)
+
+    def _check(self, topic: str, payload: bytes, *, journal: bool, held: bool) -> bool:
+        """:meth:`on_answer`; ``held``: the payload's bytes are held in :attr:`held`. True
+        when the message went to the journal writer (which gives them back)."""
         if journal:
             self.metrics.payload_received_bytes.inc(len(payload))
         try:
-            self._accept(topic, payload, journal=journal)
+            return self._accept(topic, payload, journal=journal, held=held)
         except WireError as error:
             self.metrics.reject(error.reason)
             log = (
@@ -300,8 +326,9 @@ class AnswerCollector(OpenTasks):
                 else logger.warning
             )
             log("rejected message on %s (%s): %s", topic, error.reason, error)
+            return False
 
-    def _accept(self, topic: str, payload: bytes, *, journal: bool) -> None:
+    def _accept(self, topic: str, payload: bytes, *, journal: bool, held: bool) -> bool:
         header, body = split_frame_view(payload, max_bytes=self.max_payload_bytes)
         answer = parse_envelope(ANSWER_ADAPTER, header)
         if self.topics.agent_of(topic) != answer.agent_id:
@@ -312,7 +339,7 @@ class AnswerCollector(OpenTasks):
         pending = self.open_task(answer.task_id, answer.agent_id, answer.run_id)
         if isinstance(answer, TaskFailedMessage):
             self.fail(pending.task_id, f"agent reported: {answer.reason}")
-            return
+            return False
         result = answer_result(
             pending, answer, body, n_params=self.n_params, max_bytes=self.max_payload_bytes
         )
@@ -332,9 +359,28 @@ class AnswerCollector(OpenTasks):
             if journal and isinstance(result, FitResult):
                 pending.journaling = True
         if pending.journaling:
-            self._writer.put(Write(pending, result, payload))
-        else:
-            self._settle([Write(pending, result, payload)])
+            self._writer.put(Write(pending, result, payload, held))
+            return True
+        self._settle([Write(pending, result, payload)])
+        return False
+
+    def _journaled(self, writes: Sequence[Write]) -> None:
+        """Writer thread: take the journaled updates, then give back the bytes they held."""
+        try:
+            self._settle(writes)
+        finally:
+            self._give_back(writes)
+
+    def _not_journaled(self, writes: Sequence[Write]) -> None:
+        """Writer thread: fail the updates the journal could not write; give back their
+        bytes."""
+        try:
+            self._unwritten(writes)
+        finally:
+            self._give_back(writes)
+
+    def _give_back(self, writes: Sequence[Write]) -> None:
+        self.held.give_back(sum(len(w.payload) for w in writes if w.held))
 
     def _settle(self, writes: Sequence[Write]) -> None:
         """Count journaled (or replayed) answers; with a stream, fold updates into it

@@ -60,9 +60,14 @@ class Pending:
 
 @dataclass(frozen=True)
 class Write:
+    """An accepted answer on its way to the journal."""
+
     pending: Pending
     result: Result
     payload: bytes
+    held: bool = False
+    """Whether the payload's bytes are held in a :class:`~coordinator.adapters.byte_budget.
+    ByteBudget` until the answer is journaled (or could not be)."""
 
 
 @dataclass

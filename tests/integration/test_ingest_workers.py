@@ -60,7 +60,9 @@ def connected(settings: BrokerSettings, client_id: str, *, mqtt5: bool) -> Itera
 def test_two_workers_share_the_updates_and_their_sums_merge_exactly(
     broker_settings: BrokerSettings, tmp_path: Path
 ) -> None:
-    # Prepare: two workers on a shared subscription, the coordinator's end
+    # Prepare: two workers on a shared subscription, each holding at most three updates
+    # between receiving and journaling them, the coordinator's end
+    budget = 3 * len(update_frame(0))
     opened = UpdateStream(3, {"global": BASE}, AggregationPolicy(), {}, SKETCH)
     with ExitStack() as stack:
         workers = []
@@ -72,6 +74,7 @@ def test_two_workers_share_the_updates_and_their_sums_merge_exactly(
                 worker_id=name,
                 journal=RoundJournal(tmp_path / name),
                 max_payload_bytes=1 << 20,
+                max_held_bytes=budget,
             )
             worker.start()
             stack.callback(worker.close)
@@ -104,6 +107,9 @@ def test_two_workers_share_the_updates_and_their_sums_merge_exactly(
     assert min(accepted) > 0
     assert sum(w.counts["retracted"] + w.counts["duplicate"] for w in workers) == 1
     assert journaled[0] | journaled[1] == {f"t{i:03d}" for i in range(len(AGENTS))}
+    # ... within their budgets, every byte given back
+    assert [w.held.held for w in workers] == [0, 0]
+    assert all(0 < w.held.peak <= budget for w in workers)
     # ... and the merged mean is the one-process fold of the same updates
     results = [
         FitResult(a, "global", trained(i), None, 10 + i, 0.5, base=BASE)

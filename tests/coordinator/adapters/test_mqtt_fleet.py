@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from coordinator.adapters.byte_budget import ByteBudget
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_fleet import MqttFleet
@@ -379,6 +381,95 @@ def test_a_streamed_update_is_folded_once_journaled_and_not_kept(tmp_path: Path)
     assert {u.client_id for u in stream.updates()} == {"a", "b"}
     np.testing.assert_allclose(stream.average("global"), np.full(10, 2.0))
     assert len(RoundJournal(tmp_path).accepted()) == 2
+
+
+class GatedJournal(RoundJournal):
+    """A round journal whose writes wait until :attr:`gate` is set (a slow disk)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.gate = threading.Event()
+
+    def record_many(self, entries: Sequence[tuple[str, str, bytes]]) -> None:
+        assert self.gate.wait(10), "the test never opened the journal's gate"
+        super().record_many(entries)
+
+
+def test_the_network_thread_waits_while_the_answers_held_fill_the_budget(
+    tmp_path: Path,
+) -> None:
+    # Prepare: four open fit tasks, a journal that writes nothing until its gate opens,
+    # and a budget of two updates
+    registry = AgentRegistry()
+    for agent in CLIENTS:
+        registry.update(status(agent, "online"))
+    mqtt_fleet = fleet(tmp_path, registry)
+    journal = GatedJournal(tmp_path)
+    mqtt_fleet.answers.journal = journal
+    mqtt_fleet.answers._writer.journal = journal
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(
+        1, [FitTask(agent, {"global": start}, TrainConfig(), seed=1) for agent in CLIENTS]
+    )
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    payloads = []
+    for _, header, _ in frames:
+        assert isinstance(header, FitTaskMessage)
+        payloads.append((Topics().results(header.agent_id), fit_frame(header, start + 1)))
+    size = len(payloads[0][1])
+    mqtt_fleet.answers.held = ByteBudget(2 * size)
+    mqtt_fleet.start()
+    received: list[str] = []
+
+    def network_thread() -> None:
+        for topic, payload in payloads:
+            mqtt_fleet.answers.receive(topic, payload)
+            received.append(topic)
+
+    # Execute: the network thread hands over the four updates while the disk is stuck
+    receiver = threading.Thread(target=network_thread)
+    receiver.start()
+    deadline = time.monotonic() + 5
+    while len(received) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # time enough to take a third, were it let through
+    while_stuck = (len(received), mqtt_fleet.answers.held.held)
+    journal.gate.set()
+    receiver.join(10)
+    mqtt_fleet.close()
+
+    # Assert: two updates held while the journal was stuck, the third waited for room;
+    # every update journaled and counted in the end, nothing held
+    assert while_stuck == (2, 2 * size)
+    assert len(received) == 4
+    assert all(isinstance(p.result, FitResult) for p, _, _ in frames)
+    assert len(RoundJournal(tmp_path).accepted()) == 4
+    assert mqtt_fleet.answers.held.held == 0
+    assert mqtt_fleet.answers.held.peak == 2 * size
+
+
+def test_refused_and_duplicate_answers_give_back_the_bytes_they_held(tmp_path: Path) -> None:
+    registry = AgentRegistry()
+    registry.update(status("a", "online"))
+    metrics = CoordinatorMetrics(CollectorRegistry())
+    mqtt_fleet = fleet(tmp_path, registry, metrics=metrics).start()
+    start = np.zeros(10, dtype=np.float32)
+    frames = mqtt_fleet.frames.fit(1, [FitTask("a", {"global": start}, TrainConfig(), seed=1)])
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    ((task, header, _),) = frames
+    assert isinstance(header, FitTaskMessage)
+    update = fit_frame(header, start + 1)
+
+    mqtt_fleet.answers.receive(Topics().results("a"), b"not a frame")
+    mqtt_fleet.answers.receive(Topics().results("a"), update)
+    mqtt_fleet.answers.receive(Topics().results("a"), update)  # QoS 1 delivered it twice
+    mqtt_fleet.close()
+
+    assert isinstance(task.result, FitResult)
+    assert mqtt_fleet.answers.held.held == 0
+    assert mqtt_fleet.answers.held.peak >= len(update)
+    rejected = metrics.registry.get_sample_value
+    assert rejected("faultfleet_updates_rejected_total", {"reason": "duplicate"}) == 1
 
 
 # -- unanswered tasks sent again -----------------------------------------------------------
