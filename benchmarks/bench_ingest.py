@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_ingest.py [--repeats 3] [--models compact paper]
        [--updates-compact 200] [--updates-paper 12] [--journal off shm disk]
-       [--check-threads 2] [--json FILE]
+       [--check-threads 2] [--held-budget-mb 268.4] [--json FILE]
 
 Starts a private Mosquitto on 127.0.0.1 (``faultfleet_apps.brokers.launch.start_broker``) and one
 publisher process that stays up for the whole run: a plain ``MqttConnection`` that sends
@@ -47,11 +47,13 @@ runs the raw receiver and then every variant, after one unmeasured warm-up of ea
 every round gets a fresh coordinator connection. Prints the medians over ``--repeats``
 of updates/s and MB/s (10^6 bytes of MQTT payload), the ratio to raw, and the per-update
 time of the answer check (``on_answer``, summed over the worker threads) and of the journal
-writes (writer thread), and ``cpu_ms``: the receiving process's CPU time per update, every
+writes (writer thread), ``cpu_ms``: the receiving process's CPU time per update, every
 thread's, from its first message to its last (``mosquitto_sub``'s over its whole life, read
-from the children's resource usage). On a machine whose cores the broker, the publisher
-and the receiver share, CPU per update is what decides the rate, and it varies far less
-between runs than the rate does.
+from the children's resource usage), and ``held_MB``: the most bytes of answers the
+coordinator held at once between receiving and journaling them (largest over the repeats;
+``--held-budget-mb`` bounds it, 256 MiB by default as in the product). On a machine whose
+cores the broker, the publisher and the receiver share, CPU per update is what decides the
+rate, and it varies far less between runs than the rate does.
 On a shared machine the spread between runs is large: raise ``--repeats``. Numbers only,
 no pass/fail.
 
@@ -80,6 +82,7 @@ import numpy as np
 from ingest_publisher import expect, publisher_main
 from ingest_receivers import Run, TimedJournal, Workload, fleet_round, paho_run, raw_run
 
+from coordinator.adapters.byte_budget import ANSWER_BUDGET_BYTES
 from faultfleet.models.weights import flatten_weights
 from faultfleet.models.zoo import build_model
 from faultfleet.wire.codec import encode_tensors
@@ -126,6 +129,7 @@ def row(
         "check_ms": statistics.median(r.handler_seconds for r in runs) / n * 1e3,
         "journal_ms": statistics.median(r.journal_seconds for r in runs) / n * 1e3,
         "cpu_ms": statistics.median(r.cpu_seconds for r in runs) / n * 1e3,
+        "held_mb": max(r.held_bytes for r in runs) / 1e6,
     }
 
 
@@ -136,7 +140,7 @@ def line(cells: dict[str, object]) -> str:
         f"{c['model']:<8}{c['receiver']:<15}{c['journal']:<8}{c['updates']:>6}"
         f"{c['updates_per_s']:>10.1f}{c['mb_per_s']:>9.1f}{c['ratio_to_raw']:>7.2f}"
         f"{c['wall_s']:>9.3f}{c['publisher_s']:>8.3f}{_ms(c['check_ms']):>11}"
-        f"{_ms(c['journal_ms']):>11}{_ms(c['cpu_ms']):>8}"
+        f"{_ms(c['journal_ms']):>11}{_ms(c['cpu_ms']):>8}{_ms(c['held_mb']):>9}"
     )
 
 
@@ -159,6 +163,12 @@ def main() -> None:
     parser.add_argument("--compression", choices=["none", "zlib"], default="none")
     parser.add_argument(
         "--check-threads", type=int, default=2, help="threads checking answers (>= 1)"
+    )
+    parser.add_argument(
+        "--held-budget-mb",
+        type=float,
+        default=ANSWER_BUDGET_BYTES / 1e6,
+        help="bytes of answers the coordinator holds between receipt and journal, 10^6",
     )
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
@@ -185,7 +195,7 @@ def main() -> None:
             print(
                 f"{'model':<8}{'receiver':<15}{'journal':<8}{'n':>6}{'upd/s':>10}{'MB/s':>9}"
                 f"{'ratio':>7}{'wall_s':>9}{'pub_s':>8}{'check_ms':>11}{'journal_ms':>11}"
-                f"{'cpu_ms':>8}",
+                f"{'cpu_ms':>8}{'held_MB':>9}",
                 flush=True,
             )
             rows = []
@@ -235,14 +245,21 @@ def measure_model(
         raw_run(work)
         paho_run(work)
         warm_up = TimedJournal(folder / "warm-up", enabled=False)
-        fleet_round(work, warm_up, 1, check_threads=args.check_threads)
+        held = int(args.held_budget_mb * 1e6)
+        fleet_round(work, warm_up, 1, check_threads=args.check_threads, max_held_bytes=held)
         runs: dict[str, list[Run]] = {"raw": [], "paho": [], **{kind: [] for kind in journals}}
         for repeat in range(args.repeats):
             runs["raw"].append(raw_run(work))
             runs["paho"].append(paho_run(work))
             for kind, journal in journals.items():
                 runs[kind].append(
-                    fleet_round(work, journal, repeat + 2, check_threads=args.check_threads)
+                    fleet_round(
+                        work,
+                        journal,
+                        repeat + 2,
+                        check_threads=args.check_threads,
+                        max_held_bytes=held,
+                    )
                 )
     raw = runs.pop("raw")
     raw_rate = n / statistics.median(r.seconds for r in raw)

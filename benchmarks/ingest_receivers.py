@@ -23,6 +23,7 @@ from typing import Any
 
 from ingest_publisher import TOPICS, WAIT_S, expect
 
+from coordinator.adapters.byte_budget import ANSWER_BUDGET_BYTES
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.mqtt_answers import AnswerCollector
@@ -52,6 +53,9 @@ class Run:
     cpu_seconds: float = float("nan")
     """CPU time of the receiving process, every thread, from its first message to its last
     (``mosquitto_sub``: over its whole life), seconds."""
+    held_bytes: float = float("nan")
+    """The most bytes of received answers the coordinator held at once between receiving
+    them and journaling them (:class:`~coordinator.adapters.byte_budget.ByteBudget`)."""
 
 
 class TimedJournal(RoundJournal):
@@ -81,14 +85,15 @@ class TimedAnswers(AnswerCollector):
     """The process's CPU time when the last update was accepted, seconds."""
     _timing = threading.Lock()
 
-    def on_answer(self, topic: str, payload: bytes, *, journal: bool = True) -> None:
+    def _check(self, topic: str, payload: bytes, *, journal: bool, held: bool) -> bool:
         if math.isnan(self.first_cpu_s):  # the first answer
             self.first_cpu_s = time.process_time()
         started = time.perf_counter()
-        super().on_answer(topic, payload, journal=journal)
+        journaling = super()._check(topic, payload, journal=journal, held=held)
         with self._timing:  # several checking threads add up
             self.handler_seconds += time.perf_counter() - started
             self.last_answer_at = max(self.last_answer_at, time.time())
+        return journaling
 
     def _settle(self, writes: Sequence[Any]) -> None:
         super()._settle(writes)
@@ -181,10 +186,16 @@ def paho_run(work: Workload) -> Run:
 
 
 def fleet_round(
-    work: Workload, journal: TimedJournal, server_round: int, *, check_threads: int = 2
+    work: Workload,
+    journal: TimedJournal,
+    server_round: int,
+    *,
+    check_threads: int = 2,
+    max_held_bytes: int = ANSWER_BUDGET_BYTES,
 ) -> Run:
     """One round of ``MqttFleet.fit`` over the agents, on a fresh coordinator connection;
-    ``check_threads`` threads check the answers."""
+    ``check_threads`` threads check the answers, which hold at most ``max_held_bytes``
+    between receipt and journal."""
     settings = BrokerSettings(host=work.broker.host, port=work.broker.port)
     connection = MqttConnection(client_id="bench-ingest-coordinator", settings=settings)
     registry = AgentRegistry()
@@ -217,6 +228,7 @@ def fleet_round(
         metrics=fleet.answers.metrics,
         max_payload_bytes=settings.max_payload_bytes,
         check_threads=check_threads,
+        max_held_bytes=max_held_bytes,
     )
     fleet.answers = timed  # the same collector, with a clock on its handler
     fleet.start()
@@ -247,4 +259,5 @@ def fleet_round(
         timed.handler_seconds,
         journal.seconds,
         timed.last_cpu_s - timed.first_cpu_s,
+        timed.held.peak,
     )
