@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from coordinator.adapters.mqtt_answers import DISPATCH_BACKLOG_BYTES
 from coordinator.adapters.onnx_export import export_weights
 from faultfleet.types import FloatArray
 from faultfleet.wire.codec import encode_frame
@@ -30,6 +31,11 @@ from faultfleet.wire.topics import Topics
 logger = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+BACKLOG_WAIT_S = 30.0
+"""Longest wait for the broker to take earlier messages before a model is announced,
+seconds; the model goes out after it in any case (paho keeps it until the broker takes it).
+"""
 
 
 def cluster_id(model_key: str) -> str:
@@ -71,6 +77,11 @@ class ModelPublisher:
         Signs every model announcement and assignment.
     clock : callable
         Unix time, seconds.
+    max_backlog_bytes : int
+        Before announcing a model, wait (at most :data:`BACKLOG_WAIT_S`) until at most this
+        many bytes published on the connection wait for the broker's acknowledgement, so
+        that a publication of many clusters' models holds about this much plus one model
+        in paho, not every model at once.
     """
 
     def __init__(
@@ -82,8 +93,10 @@ class ModelPublisher:
         run_id: str,
         signer: SigningKey,
         clock: Callable[[], float] = time.time,
+        max_backlog_bytes: int = DISPATCH_BACKLOG_BYTES,
     ) -> None:
         self.connection = connection
+        self.max_backlog_bytes = max_backlog_bytes
         self.signer = signer
         self.topics = topics
         self.model = model
@@ -172,8 +185,22 @@ class ModelPublisher:
             created_at=self.clock(),
         )
         payload = encode_frame(self.signer.sign(header), onnx_bytes)
+        self._wait_for_broker(cid)
         self.published_clusters.add(cid)
         return self.connection.publish(self.topics.cluster_model(cid), payload, retain=True)
+
+    def _wait_for_broker(self, cid: str) -> None:
+        """Wait until the broker has taken most of what was published before (at most
+        :data:`BACKLOG_WAIT_S`); not while disconnected, when nothing is taken."""
+        if not self.connection.connected:
+            return
+        if not self.connection.wait_backlog(self.max_backlog_bytes, BACKLOG_WAIT_S):
+            logger.warning(
+                "the broker has not taken the messages published before cluster %s's model "
+                "within %g s; publishing the model anyway (it waits in the client)",
+                cid,
+                BACKLOG_WAIT_S,
+            )
 
     def assign(self, agent: str, cid: str, version: int, sha256: str, server_round: int) -> int:
         """Publish one agent's signed assignment, retained; returns the bytes sent."""

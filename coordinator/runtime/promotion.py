@@ -1,13 +1,15 @@
 """Registering new cluster model versions, gating them, and publishing the ones that pass.
 
-:class:`ModelPromotion` runs at every publication of the round loop. Each cluster's new
+:class:`ModelPromotion` runs at every publication of the round loop. The gate
+(:func:`coordinator.engine.promotion.decide`) compares each cluster's new model with the
+cluster's serving version, both evaluated by the cluster's online agents on their
+validation split through the ordinary evaluate task. Then, one cluster at a time, the new
 model is exported to ONNX and kept in the registry
-(:class:`~coordinator.adapters.model_registry.ModelRegistry`) as a new version; then the
-gate (:func:`coordinator.engine.promotion.decide`) compares it with the cluster's serving
-version, both evaluated by the cluster's online agents on their validation split through
-the ordinary evaluate task. Only promoted versions are published; a rejected one is kept
-with its figures, and a pinned cluster keeps its pinned version. Every agent is then
-assigned its cluster's serving version (nothing is sent to an agent that already has it).
+(:class:`~coordinator.adapters.model_registry.ModelRegistry`) as a new version with the
+gate's figures, and published if it was promoted, so the coordinator holds one cluster's
+ONNX model at a time however many clusters there are. A rejected version is kept with its
+figures, and a pinned cluster keeps its pinned version. Every agent is then assigned its
+cluster's serving version (nothing is sent to an agent that already has it).
 
 Operators' pins and rollbacks (``faultfleet models``) are requests in the registry that
 :meth:`ModelPromotion.apply_requests` publishes as new versions that restore the chosen
@@ -31,7 +33,7 @@ from coordinator.adapters.model_registry import (
     ServingTable,
 )
 from coordinator.adapters.mqtt_fleet import MqttFleet
-from coordinator.adapters.onnx_export import ExportedModel, export_weights
+from coordinator.adapters.onnx_export import export_weights
 from coordinator.adapters.publisher import ModelPublisher, cluster_id
 from coordinator.engine.promotion import Decision, GateFigures, decide
 from faultfleet.tasks import EvaluateResult, EvaluateTask, Split
@@ -122,16 +124,15 @@ class ModelPromotion:
         for agent, key in sorted(serving.items()):
             members.setdefault(key, []).append(agent)
         table = self.registry.serving()
-        exports: dict[str, tuple[str, ExportedModel]] = {}
-        for key in members:
-            spec = self.publisher.model
-            exported = export_weights(models[key], spec.name, spec.sample_shape, spec.n_classes)
-            exports[cluster_id(key)] = (key, exported)
+        keys = {cluster_id(k): k for k in members}
         by_cluster = {cluster_id(k): m for k, m in members.items()}
-        figures = self._gate(server_round, table, by_cluster, models, exports)
+        figures = self._gate(server_round, table, by_cluster, models, keys)
         clusters = dict(table.clusters)
         sent = 0
-        for cid, (key, exported) in exports.items():
+        spec = self.publisher.model
+        for cid, key in keys.items():
+            # One cluster's ONNX model at a time: exported, kept, announced, let go.
+            exported = export_weights(models[key], spec.name, spec.sample_shape, spec.n_classes)
             entry = table.clusters.get(cid)
             gate = figures[cid]
             record = ModelRecord(
@@ -170,15 +171,16 @@ class ModelPromotion:
         table: ServingTable,
         members: Mapping[str, Sequence[str]],
         models: Mapping[str, FloatArray],
-        exports: Mapping[str, tuple[str, ExportedModel]],
+        keys: Mapping[str, str],
     ) -> dict[str, GateFigures]:
-        """The gate's figures for every cluster's candidate (two evaluate calls in all)."""
+        """The gate's figures for every cluster's candidate (cluster id → model key in
+        ``keys``; two evaluate calls in all)."""
         figures: dict[str, GateFigures] = {}
         online = set(self.fleet.online_clients())
         candidate_tasks: list[EvaluateTask] = []
         serving_tasks: list[EvaluateTask] = []
         compared: dict[str, int] = {}
-        for cid, (key, _) in exports.items():
+        for cid, key in keys.items():
             entry = table.clusters.get(cid)
             if entry is not None and entry.pinned:
                 reason = f"the cluster is pinned to v{entry.version}"

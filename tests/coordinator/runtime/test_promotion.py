@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +21,9 @@ from prometheus_client import CollectorRegistry
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.model_registry import ModelRegistry, Request
 from coordinator.adapters.mqtt_fleet import MqttFleet
+from coordinator.adapters.onnx_export import ExportedModel, export_weights
 from coordinator.adapters.publisher import ModelPublisher
+from coordinator.runtime import promotion as promotion_module
 from coordinator.runtime.promotion import ModelPromotion
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.serving import ModelServing
@@ -47,15 +50,25 @@ def _digest(weights: FloatArray) -> str:
 
 
 class Recorder:
-    """The part of MqttConnection the publisher uses: what was published, in order."""
+    """The part of MqttConnection the publisher uses: what was published, in order, and
+    the waits for the broker's acknowledgements before it (``("wait", max_bytes)``)."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes]] = []
+        self.events: list[tuple[str, object]] = []
+        self.connected = True
+        self.taken = True
+        """What :meth:`wait_backlog` answers: whether the broker took the backlog in time."""
 
     def publish(self, topic: str, payload: bytes | str, retain: bool = False) -> int:
         data = payload.encode() if isinstance(payload, str) else payload
         self.sent.append((topic, data))
+        self.events.append(("publish", topic))
         return len(data)
+
+    def wait_backlog(self, max_bytes: int, timeout_s: float) -> bool:
+        self.events.append(("wait", max_bytes))
+        return self.taken
 
     def assignments(self) -> dict[str, int]:
         """Agent → model version of the last assignment published to it."""
@@ -246,3 +259,60 @@ def test_a_corrupt_serving_table_is_logged_naming_it_and_the_service_keeps_servi
     assert len(recorder.sent) == sent_before
     assert summary.model_version == 1
     assert f"{table} is corrupt" in caplog.text
+
+
+# -- memory: one cluster's model at a time -------------------------------------------------
+
+
+def test_a_publication_exports_and_announces_one_cluster_model_at_a_time(
+    setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: four clusters, each new; the real export, watched for the models it made
+    promotion, recorder, fleet, _ = setup
+    clusters = {key: _weights(seed) for seed, key in enumerate("ABCD")}
+    serving = {f"m{i:02d}": key for i, key in enumerate(clusters)}
+    fleet.accuracy = {_digest(w): 0.9 for w in clusters.values()}
+    made: list[weakref.ref[ExportedModel]] = []
+    alive_at_export: list[int] = []
+
+    def watched_export(*args: Any, **kwargs: Any) -> ExportedModel:
+        alive_at_export.append(sum(ref() is not None for ref in made))
+        exported = export_weights(*args, **kwargs)
+        made.append(weakref.ref(exported))
+        return exported
+
+    monkeypatch.setattr(promotion_module, "export_weights", watched_export)
+
+    # Execute
+    promotion.publish(1, 1, clusters, serving)
+
+    # Assert: when each model is exported at most the one before it is still held (by the
+    # loop's variable), and every cluster was announced, each after a wait for the broker
+    assert alive_at_export == [0, 1, 1, 1]
+    models = [t for kind, t in recorder.events if kind == "publish" and str(t).endswith("/model")]
+    assert len(models) == 4
+    for topic in models:
+        at = recorder.events.index(("publish", topic))
+        assert recorder.events[at - 1] == ("wait", promotion.publisher.max_backlog_bytes)
+
+
+def test_a_model_is_announced_without_waiting_while_disconnected_or_after_a_slow_broker(
+    setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    promotion, recorder, fleet, _ = setup
+    first, second = _weights(0), _weights(1)
+    fleet.accuracy = {_digest(first): 0.5, _digest(second): 0.9}
+
+    recorder.connected = False
+    promotion.publish(1, 1, {"A": first}, AGENTS)
+    waits_disconnected = [e for e in recorder.events if e[0] == "wait"]
+    recorder.connected, recorder.taken = True, False
+    promotion.publish(2, 2, {"A": second}, AGENTS)
+
+    assert waits_disconnected == []
+    assert [e for e in recorder.events if e[0] == "wait"] == [
+        ("wait", promotion.publisher.max_backlog_bytes)
+    ]
+    assert recorder.events[-1][0] == "publish"  # the assignments after the model
+    assert promotion.registry.serving().clusters["A"].version == 2
+    assert "publishing the model anyway" in caplog.text
