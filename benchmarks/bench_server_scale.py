@@ -7,13 +7,14 @@ Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 200
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
 (``pairwise = "sketch"`` against ``"exact"``): both take every agent's update in a round —
 FL+HC in its clustering round (round 1 here, no warm-up; round 2 is FedAvg per cluster),
-CFL every round (``criterion = "similarity"``, splits from round 1) — and neither can
-stream: FL+HC averages its clusters once the labels are known, CFL tests every cluster
-against its members' cosines. So they hold all N updates (N × 60,432 × 4 bytes: 2.4 GB at
-10,000) and a quadratic matrix (FL+HC: N²/2 distances; CFL: N × N cosines, several
-float64 copies in the bipartition) whatever the comparison; sketches remove the n of the
-N²·n, not the N². Pick the fleet sizes accordingly (``docs/federated.md`` gives how far
-they reached here); ``--rounds`` is capped at 2 for FL+HC.
+CFL every round (``criterion = "similarity"``, splits from round 1). FL+HC cannot stream
+(it averages its clusters once the labels are known), so it holds all N updates (N ×
+60,432 × 4 bytes: 2.4 GB at 10,000) and N²/2 distances whatever the comparison. CFL
+streams under sketches (each update folded into its cluster's sum as it arrives, as the
+coordinator does; its exact path takes the list), and holds the N × N cosines of its
+evidence and of the bipartition; sketches remove the n of the N²·n, not the N². Pick the
+fleet sizes accordingly (``docs/federated.md`` gives how far they reached here);
+``--rounds`` is capped at 2 for FL+HC.
 
 The server step is everything the coordinator does with a round's updates once they are
 decoded: sample the round (c = 0.25), fold every update into the running sum of its model
@@ -84,6 +85,7 @@ from coordinator.strategies.flacc import FLACC
 from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
+from coordinator.strategies.streaming import StreamingStrategy
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
 
@@ -112,23 +114,34 @@ def batch_worker(args: argparse.Namespace) -> None:
     steps, walls, updates = [], [], 0
     rounds = min(args.rounds, 2) if args.strategy == "flhc" else args.rounds
     for server_round in range(1, rounds + 1):
-        made = time.perf_counter()
+        started, generating = time.process_time(), 0.0
+        wall = time.perf_counter()
         instructions = strategy.configure_round(server_round, ids, rng)
+        stream = (
+            strategy.open_stream(server_round) if isinstance(strategy, StreamingStrategy) else None
+        )
         results = []
         for instruction in instructions:
+            made = time.process_time()
             agent, key = int(instruction.client_id[1:]), instruction.model_keys[0]
             model = strategy.models[key]
             weights = model + fleet.delta(agent)
             samples = 100 + agent % 50
-            results.append(
-                FitResult(instruction.client_id, key, weights, None, samples, 0.5, base=model)
-            )
-        started, wall = time.process_time(), time.perf_counter()
-        strategy.aggregate_round(server_round, results, ())
-        steps.append(time.process_time() - started)
-        walls.append(time.perf_counter() - wall + (wall - made))
-        updates = len(results)
-        del results
+            result = FitResult(instruction.client_id, key, weights, None, samples, 0.5, base=model)
+            generating += time.process_time() - made
+            if stream is None:
+                results.append(result)
+            else:  # folded as it arrives, as the coordinator does
+                stream.add(result)
+        if stream is None:
+            strategy.aggregate_round(server_round, results, ())
+        else:
+            assert isinstance(strategy, StreamingStrategy)
+            strategy.aggregate_stream(server_round, stream, ())
+        steps.append(time.process_time() - started - generating)
+        walls.append(time.perf_counter() - wall)
+        updates = len(instructions)
+        del results, stream
     labels = strategy.cluster_labels()
     comparer = getattr(strategy, "comparer_", None)
     sketcher = None if comparer is None else comparer.sketcher

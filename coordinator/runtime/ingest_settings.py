@@ -65,7 +65,8 @@ def check_ingest_strategy(
     """
     built = make_strategy(strategy, fraction=fraction, options=options)
     pairwise = getattr(built, "pairwise", None)
-    if not isinstance(built, StreamingStrategy) or pairwise != "sketch":
+    # CFL streams too, but its ε₁ reads the updates' raw mean, which partial sums lack.
+    if not isinstance(built, StreamingStrategy) or pairwise != "sketch" or built.name != "flacc":
         got = strategy if pairwise is None else f"{strategy} with pairwise = {pairwise!r}"
         raise ValueError(
             "ingest.workers needs a strategy that takes sketches and partial sums: "

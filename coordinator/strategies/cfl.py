@@ -33,12 +33,19 @@ FLACC (§II-C) names this full participation as CFL's main cost.
 
 ``pairwise`` (:mod:`.pairwise`; exact below 1,000 clients by default): under ``"sketch"``
 the cosines α (eq. 9) that the bipartition, the similarity criterion and the evidence read
-are those of count sketches of the updates. The norm criterion stays exact: ‖Σ (n_i/n_c)
-Δθ_i‖ could be estimated from the sketches (the sketch is linear, so the sketch of the
-mean is the mean of the sketches, its norm within 1 ± ε), but an exact norm costs n
-operations per update, as a sketch does, and keeps ε₁ and ε₂ in the units they were
-tuned in. The bipartition (complete linkage on the k × k cosines) stays quadratic in the
-members whatever the comparison.
+are those of count sketches of the updates, and a round *streams*
+(:meth:`CFL.open_stream`): each update is folded into its cluster's running sum as it
+arrives and only its norm and sketch are kept, so a round holds one sum per cluster and d
+numbers per client instead of every client's update. The norm criterion stays exact: ‖Σ
+(n_i/n_c) Δθ_i‖ could be estimated from the sketches (the sketch is linear, so the sketch
+of the mean is the mean of the sketches, its norm within 1 ± ε), but the stream keeps the
+sample-weighted sum of the updates as sent beside the robust one (a second sum per
+cluster, where the robust policy changes updates), which keeps ε₁ and ε₂ in the units
+they were tuned in; ε₂ reads the updates' exact norms. Streaming, the robust policy's
+adaptive clip and weight cap take the previous round's medians, as FLACC's do
+(:mod:`.streaming`); a trimmed mean, which needs every update at once, takes the list. The
+bipartition (complete linkage on the k × k cosines) stays quadratic in the members
+whatever the comparison.
 
 A client joining later joins the cluster of the model it was assigned (else the cluster of
 most clients) and trains its model from the next round; until a round in which every
@@ -49,8 +56,9 @@ every member left keeps its model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, replace
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,6 +71,15 @@ from coordinator.strategies.joining import grow_square, keep_square, most_served
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import FRACTION, Param
+from coordinator.strategies.robust import RoundTally
+from coordinator.strategies.sketch import sketch_cosine_matrix
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    StreamedUpdate,
+    UpdateStream,
+    fold_all,
+)
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
 
@@ -204,6 +221,7 @@ class CFL(Strategy):
         self.last_norms_: dict[str, tuple[float, float]] = {}
         self.last_splits_: list[tuple[str, str, str]] = []
         self.last_shares_: dict[str, float] = {}
+        self.stream_bounds_: dict[str, StreamBounds] = {}
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
 
@@ -226,16 +244,26 @@ class CFL(Strategy):
     def model_key_for(self, client_id: str) -> str:
         return self.clusters_[client_id]
 
+    def _check_key(self, client_id: str, model_key: str) -> None:
+        if client_id not in self.clusters_:
+            raise ValueError(f"result from unknown client {client_id!r}")
+        if model_key != self.clusters_[client_id]:
+            raise ValueError(
+                f"client {client_id!r} trained {model_key!r}, but its cluster is "
+                f"{self.clusters_[client_id]!r}"
+            )
+
     def _aggregate(
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
+        for r in results:
+            self._check_key(r.client_id, r.model_key)
+        stream = self.open_stream(server_round)
+        if stream is not None:  # sketch mode: the same streaming path as a live round
+            self._aggregate_stream(server_round, fold_all(stream, results))
+            return
         by_cluster: dict[str, list[FitResult]] = {}
         for r in results:
-            if r.model_key != self.clusters_[r.client_id]:
-                raise ValueError(
-                    f"client {r.client_id!r} trained {r.model_key!r}, but its cluster is "
-                    f"{self.clusters_[r.client_id]!r}"
-                )
             by_cluster.setdefault(r.model_key, []).append(r)
         self.last_norms_ = {}
         self.last_splits_ = []
@@ -258,8 +286,77 @@ class CFL(Strategy):
                 mean_norm,
                 max_norm,
             )
-            if self._eligible(server_round, key, members):
-                self._test_split(key, members, mean_norm, max_norm)
+            if self._eligible(server_round, key, len(members)):
+                clients = [r.client_id for r in members]
+                deltas = [r.delta for r in members]
+                cosines = partial(self.comparer_.matrix, deltas)
+                self._test_split(key, clients, cosines, mean_norm, max_norm)
+
+    # -- streaming (pairwise sketch) -------------------------------------------------------
+
+    def open_stream(self, server_round: int) -> UpdateStream | None:
+        """Under sketches, a stream that folds the round's updates into one running sum per
+        cluster as they arrive (:mod:`.streaming`), keeping of each update its norm and
+        sketch, which are all the bipartition, both criteria and the evidence read. None
+        under exact cosines, which need the updates, and under a trimmed mean, which needs
+        them all at once: those take the list."""
+        sketcher = self.comparer_.sketcher
+        if sketcher is None or self.averaging.policy.trim_fraction > 0:
+            return None
+        return UpdateStream(
+            server_round,
+            self.models_,
+            self.averaging.policy,
+            self.stream_bounds_,
+            sketcher,
+            self.averaging.noise_seed,
+            raw_means=True,
+        )
+
+    def aggregate_stream(
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
+    ) -> None:
+        """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
+        updates = stream.updates()
+        if len({u.client_id for u in updates}) != len(updates):
+            raise ValueError("a client answered more than once in one round")
+        for u in updates:
+            self._check_key(u.client_id, u.model_key)
+        self._aggregate_stream(server_round, stream)
+
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
+        """Algorithm 1 on a folded round: each cluster's average and norms, then the tests.
+
+        ε₁ compares the norm of the cluster's sample-weighted mean update as the members
+        sent it (:meth:`~.streaming.UpdateStream.mean_update_norm`), ε₂ the largest member's
+        norm, both exact; the cosines are the sketches'.
+        """
+        if not isinstance(stream, UpdateStream):
+            raise ValueError("CFL needs the updates' raw means: fold them in this process")
+        updates = sorted(stream.updates(), key=lambda u: self._index(u.client_id))
+        by_cluster: dict[str, list[StreamedUpdate]] = {}
+        for u in updates:
+            by_cluster.setdefault(u.model_key, []).append(u)
+        self.last_norms_ = {}
+        self.last_splits_ = []
+        self.last_shares_ = {}
+        if updates and not self._has_split():
+            rows = [self._index(u.client_id) for u in updates]
+            record_pairs(self.similarity_, rows, _sketch_cosines(updates))
+        tally = RoundTally(server_round)
+        for index, key in enumerate([k for k in self.models_ if k in by_cluster]):
+            members = by_cluster[key]
+            self.models_[key] = stream.average(key, index=index)
+            self.stream_bounds_[key] = stream.next_bounds(key)
+            tally = RoundTally(server_round, tally.averages + 1, tally.report + stream.report(key))
+            mean_norm = stream.mean_update_norm(key)
+            max_norm = max(u.norm for u in members)
+            self.last_norms_[key] = (mean_norm, max_norm)
+            if self._eligible(server_round, key, len(members)):
+                clients = [u.client_id for u in members]
+                cosines = partial(_sketch_cosines, members)
+                self._test_split(key, clients, cosines, mean_norm, max_norm)
+        self.averaged_ = tally
 
     def _has_split(self) -> bool:
         """Whether any cluster has been split yet."""
@@ -295,25 +392,33 @@ class CFL(Strategy):
             metrics["cross_share"] = min(self.last_shares_.values())
         return metrics
 
-    def _eligible(self, server_round: int, key: str, members: Sequence[FitResult]) -> bool:
-        """The warm-up is over and the cluster is complete and large enough to be split."""
-        everyone_answered = len(members) == sum(1 for k in self.clusters_.values() if k == key)
+    def _eligible(self, server_round: int, key: str, answered: int) -> bool:
+        """The warm-up is over and the cluster is complete (``answered`` members of it
+        answered) and large enough to be split."""
+        everyone_answered = answered == sum(1 for k in self.clusters_.values() if k == key)
         return (
             everyone_answered
             and server_round >= self.min_rounds
-            and len(members) > 2 * self.min_cluster_size - 1
+            and answered > 2 * self.min_cluster_size - 1
         )
 
     def _test_split(
-        self, key: str, members: Sequence[FitResult], mean_norm: float, max_norm: float
+        self,
+        key: str,
+        members: Sequence[str],
+        cosines: Callable[[], Float64Array],
+        mean_norm: float,
+        max_norm: float,
     ) -> None:
-        """Split ``key`` if the criterion says so: norms (Sattler et al.) or similarity."""
+        """Split ``key`` if the criterion says so: norms (Sattler et al.) or similarity.
+        ``cosines()`` gives the members' cosines, in the order of ``members`` (computed
+        only when the criterion needs them)."""
         if self.criterion == "norms":
             if mean_norm < self.eps1 and max_norm > self.eps2:
-                similarity = self.comparer_.matrix([r.delta for r in members])
+                similarity = cosines()
                 self._split(key, members, similarity, optimal_bipartition(similarity))
             return
-        similarity = self.comparer_.matrix([r.delta for r in members])
+        similarity = cosines()
         halves = optimal_bipartition(similarity)
         share = bipartition_share(similarity, halves)
         self.last_shares_[key] = share
@@ -323,22 +428,26 @@ class CFL(Strategy):
     def _split(
         self,
         key: str,
-        members: Sequence[FitResult],
+        members: Sequence[str],
         similarity: Float64Array,
         halves: IntArray,
     ) -> None:
-        """Replace cluster ``key`` by the bipartition ``halves``, both halves on its model.
+        """Replace cluster ``key`` by the bipartition ``halves``, both halves on its model
+        (and, streaming, on its bounds).
 
         The members' cosines that decided the split become their evidence of cluster quality.
         """
-        record_pairs(self.similarity_, [self._index(r.client_id) for r in members], similarity)
+        record_pairs(self.similarity_, [self._index(c) for c in members], similarity)
         new_keys = (cluster_key(self.next_cluster_id_), cluster_key(self.next_cluster_id_ + 1))
         self.next_cluster_id_ += 2
         model = self.models_.pop(key)
+        bounds = self.stream_bounds_.pop(key, None)
         for new_key in new_keys:
             self.models_[new_key] = model.copy()
-        for r, half in zip(members, halves, strict=True):
-            self.clusters_[r.client_id] = new_keys[int(half)]
+            if bounds is not None:
+                self.stream_bounds_[new_key] = bounds
+        for client, half in zip(members, halves, strict=True):
+            self.clusters_[client] = new_keys[int(half)]
         self.last_splits_.append((key, *new_keys))
         logger.debug("split %s into %s and %s", key, *new_keys)
 
@@ -349,6 +458,7 @@ class CFL(Strategy):
             "clusters": [self.clusters_[c] for c in self.client_ids_],
             "next_cluster_id": self.next_cluster_id_,
             "comparer": self.comparer_.state(),
+            "stream_bounds": {k: asdict(b) for k, b in self.stream_bounds_.items()},
         }
         return meta, {"similarity": self.similarity_.copy()}
 
@@ -369,4 +479,15 @@ class CFL(Strategy):
         self.last_norms_ = {}
         self.last_splits_ = []
         self.last_shares_ = {}
+        self.stream_bounds_ = {
+            k: StreamBounds(**b) for k, b in meta.get("stream_bounds", {}).items()
+        }
         self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
+
+
+def _sketch_cosines(updates: Sequence[StreamedUpdate]) -> Float64Array:
+    """The cosines of streamed updates' unit sketches, shape (k, k)."""
+    sketches = [u.sketch for u in updates]
+    if any(s is None for s in sketches):
+        raise ValueError("a streamed update has no sketch")
+    return sketch_cosine_matrix([s for s in sketches if s is not None])

@@ -1,7 +1,7 @@
 """Streaming aggregation: a round's updates folded into running sums as they arrive.
 
-A strategy that averages by model key (FLACC's global model, then one model per entity)
-needs no list of the round's updates: :class:`UpdateStream` adds each update, as it
+A strategy that averages by model key (FLACC's global model, then one model per entity; CFL's
+clusters) needs no list of the round's updates: :class:`UpdateStream` adds each update, as it
 arrives, to a float64 running sum of its model key and keeps a few numbers of it (client,
 key, samples, loss, ‖Δθ‖ and a sketch for the similarities, :mod:`.sketch`). Memory is one
 sum per model key plus d numbers per update, whatever the fleet size; at 2,500 updates of
@@ -95,6 +95,10 @@ class UpdateStream:
         Sketches each update's Δθ for the similarities.
     noise_seed : int or None
         Seeds differential privacy's noise, as :class:`~.robust.Averaging` does.
+    raw_means : bool
+        Also keep, per model key, the sample-weighted sum of the updates as they were sent
+        (before the policy's clipping, caps or privacy) for :meth:`mean_update_norm`, where
+        the policy changes updates; a second running sum per model key (CFL's ε₁).
 
     :meth:`add` may be called from several threads at once.
     """
@@ -107,6 +111,8 @@ class UpdateStream:
         bounds: Mapping[str, StreamBounds],
         sketcher: UpdateSketcher | None = None,
         noise_seed: int | None = None,
+        *,
+        raw_means: bool = False,
     ) -> None:
         if policy.trim_fraction > 0:
             raise UsageError(
@@ -125,6 +131,11 @@ class UpdateStream:
         self._reports: dict[str, AggregateReport] = {}
         self._updates: list[StreamedUpdate] = []
         self._seen: set[tuple[str, str]] = set()
+        self._raw_sums: dict[str, Float64Array] | None = (
+            {} if raw_means and changes_updates(policy) else None
+        )
+        """Σ n_i Δθ_i per model key, where the policy makes it differ from :attr:`_sums`."""
+        self._raw_weights: dict[str, float] = {}
 
     def add(self, result: FitResult) -> StreamedUpdate:
         """Fold ``result`` into its model's sum; returns what is kept of it.
@@ -149,6 +160,7 @@ class UpdateStream:
         norm = math.sqrt(max(float(np.dot(delta, delta)), 0.0))
         sketch = self.sketcher.unit_sketch(delta) if self.sketcher is not None else None
         weight, scale, capped = self._weight_and_scale(result, norm)
+        raw = self._raw_term(result, delta)
         delta *= np.float32(weight * scale)  # in place: no other update-sized array
         update = StreamedUpdate(
             result.client_id, result.model_key, result.num_samples, result.train_loss, norm, sketch
@@ -163,6 +175,7 @@ class UpdateStream:
             total = self._sum_of(result.model_key, base)
             np.add(total, delta, out=total)  # delta widened to float64 chunk by chunk
             self._weights[result.model_key] = self._weights.get(result.model_key, 0.0) + weight
+            self._fold_raw(result, raw, base, 1.0)
             report = AggregateReport(1, int(scale < 1.0), int(capped))
             self._reports[result.model_key] = (
                 self._reports.get(result.model_key, AggregateReport()) + report
@@ -184,6 +197,7 @@ class UpdateStream:
         delta = np.subtract(result.weights, self.models[result.model_key], dtype=np.float32)
         norm = math.sqrt(max(float(np.dot(delta, delta)), 0.0))
         weight, scale, capped = self._weight_and_scale(result, norm)
+        raw = self._raw_term(result, delta)
         delta *= np.float32(weight * scale)
         with self._lock:
             if key not in self._seen:
@@ -192,6 +206,7 @@ class UpdateStream:
             total = self._sums[result.model_key]
             np.subtract(total, delta, out=total)
             self._weights[result.model_key] -= weight
+            self._fold_raw(result, raw, self.models[result.model_key], -1.0)
             old = self._reports[result.model_key]
             self._reports[result.model_key] = AggregateReport(
                 old.updates - 1, old.norm_clipped - int(scale < 1.0), old.weight_capped - capped
@@ -207,6 +222,10 @@ class UpdateStream:
         ValueError
             A model key the round did not send, or a second update of a client and model.
         """
+        if self._raw_sums is not None and totals:
+            raise ValueError(
+                "this stream keeps the updates' raw means, which partial sums do not carry"
+            )
         with self._lock:
             for update in updates:
                 pair = (update.client_id, update.model_key)
@@ -223,6 +242,50 @@ class UpdateStream:
                 self._sum_of(key, base)[...] += part.total
                 self._weights[key] = self._weights.get(key, 0.0) + part.weight
                 self._reports[key] = self._reports.get(key, AggregateReport()) + part.report
+
+    def _raw_term(self, result: FitResult, delta: FloatArray) -> FloatArray | None:
+        """n_i Δθ_i for the raw sum (a new array), or None when none is kept."""
+        if self._raw_sums is None:
+            return None
+        return np.multiply(delta, np.float32(result.num_samples), dtype=np.float32)
+
+    def _fold_raw(
+        self, result: FitResult, raw: FloatArray | None, base: FloatArray, sign: float
+    ) -> None:
+        """Add (``sign`` 1) or take out (−1) a raw term. Call it holding the lock."""
+        if self._raw_sums is None or raw is None:
+            return
+        key = result.model_key
+        total = self._raw_sums.get(key)
+        if total is None:
+            total = self._raw_sums[key] = np.zeros(base.shape, np.float64)
+        if sign > 0:
+            np.add(total, raw, out=total)
+        else:
+            np.subtract(total, raw, out=total)
+        self._raw_weights[key] = self._raw_weights.get(key, 0.0) + sign * result.num_samples
+
+    def mean_update_norm(self, key: str) -> float:
+        """‖Σ n_i Δθ_i / Σ n_i‖ over the updates of ``key`` as they were sent, before the
+        policy's rules (kept with ``raw_means``; without rules that change updates it is
+        the norm of the averaged move). 0.0 when every sample count is 0.
+
+        Raises
+        ------
+        KeyError
+            No update of ``key`` was folded.
+        ValueError
+            The stream keeps no raw means but its policy changes updates.
+        """
+        with self._lock:
+            if self._raw_sums is not None:
+                total, weight = self._raw_sums[key], self._raw_weights[key]
+            elif changes_updates(self.policy):
+                raise ValueError("the stream keeps no raw means (raw_means=False)")
+            else:
+                total, weight = self._sums[key], self._weights[key]
+            mean = total / weight if weight > 0 else np.zeros_like(total)
+        return math.sqrt(max(float(np.dot(mean, mean)), 0.0))
 
     def _sum_of(self, key: str, base: FloatArray) -> Float64Array:
         """Model ``key``'s running sum, started at zero the first time (not with setdefault,
@@ -303,6 +366,12 @@ class UpdateStream:
         return lower_medians(self.updates(), key, self.bounds.get(key, StreamBounds()))
 
 
+def changes_updates(policy: AggregationPolicy) -> bool:
+    """Whether ``policy`` may change an update's weight or size (clipping, a weight cap,
+    privacy): whether a stream's average can differ from the sample-weighted mean."""
+    return policy.private or policy.clip_norm > 0 or policy.clip_factor > 0 or policy.weight_cap > 0
+
+
 def fold_all(stream: UpdateStream, results: Sequence[FitResult]) -> UpdateStream:
     """``stream`` with every result of ``results`` folded in, in the order given."""
     for result in results:
@@ -351,7 +420,7 @@ def lower_medians(
 @runtime_checkable
 class StreamingStrategy(Protocol):
     """A strategy that may take a round's updates as a stream instead of a list
-    (FLACC under ``pairwise = "sketch"``)."""
+    (FLACC and CFL under ``pairwise = "sketch"``)."""
 
     def open_stream(self, server_round: int) -> UpdateStream | None:
         """A stream for this round's updates, or None to take them as a list."""

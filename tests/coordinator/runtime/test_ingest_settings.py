@@ -66,6 +66,8 @@ def test_without_workers_the_coordinator_ingests_itself() -> None:
         ('strategy = "fedavg"', "", "got fedavg"),
         ('strategy = "flacc"', "", "got flacc with pairwise = 'auto'"),
         ('strategy = "flacc"\nstrategy_options = { pairwise = "exact" }', "", "'exact'"),
+        # CFL streams under sketches, but its ε₁ needs raw means that partial sums lack
+        ('strategy = "cfl"\nstrategy_options = { pairwise = "sketch" }', "", "got cfl with"),
         (
             'strategy = "flacc"\nstrategy_options = { pairwise = "sketch" }',
             "[aggregation]\nnoise_multiplier = 1.0\nclip_norm = 1.0\n",

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
+from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import StrategyState
 from coordinator.strategies.cfl import CFL
+from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy, Averaging
 from faultfleet.errors import UsageError
 from faultfleet.scoring import adjusted_rand_index
 from faultfleet.tasks import FitResult
@@ -261,3 +263,106 @@ def test_result_for_another_cluster_raises() -> None:
     # Execute / Assert
     with pytest.raises(ValueError, match="its cluster is 'cluster-1'"):
         strategy.aggregate_round(4, [wrong], [])
+
+
+# -- under sketches: the round streams ------------------------------------------------------
+
+EIGHT = {f"{g}{i}": int(g == "b") for g in "ab" for i in range(4)}
+
+
+def opposite_updates_wide(seed: int, scale: float = 2.0) -> dict[str, FloatArray]:
+    """±scale along the first of 2,000 coordinates by group, with noise: wide enough that the
+    sketch (at 8 clients and ε = 0.25) really compresses."""
+    rng = np.random.default_rng(seed)
+    direction = np.zeros(2000, dtype=np.float32)
+    direction[0] = 1.0
+    return {
+        c: np.asarray(
+            (scale if g == 0 else -scale) * direction + rng.normal(0, 0.02, 2000), np.float32
+        )
+        for c, g in EIGHT.items()
+    }
+
+
+def make_wide(pairwise: str, **options: object) -> CFL:
+    strategy = CFL(min_rounds=2, pairwise=pairwise, **options)  # type: ignore[arg-type]
+    strategy.initialize(list(EIGHT), lambda j: np.zeros(2000, np.float32))
+    return strategy
+
+
+def test_under_sketches_a_round_streams_and_splits_as_the_list_path_would() -> None:
+    # Prepare: the same rounds for a sketched and an exact CFL, no robust rules
+    sketched, exact = make_wide("sketch"), make_wide("exact")
+    assert sketched.open_stream(1) is not None
+    assert exact.open_stream(1) is None
+
+    # Execute
+    for server_round in (1, 2):
+        for strategy in (sketched, exact):
+            train_round(strategy, server_round, opposite_updates_wide(server_round))
+
+    # Assert: the same split, the same models and the same (exact) norms
+    assert sketched.comparer_.sketcher is not None
+    assert sketched.comparer_.sketcher.dim < 2000
+    assert sketched.cluster_labels() == exact.cluster_labels()
+    assert groups_found(sketched, EIGHT) == 1.0
+    for key, model in exact.models.items():
+        np.testing.assert_allclose(sketched.models[key], model, atol=1e-6)
+    for key, (mean, largest) in exact.last_norms_.items():
+        assert sketched.last_norms_[key] == pytest.approx((mean, largest), rel=1e-6)
+
+
+def test_streamed_norms_are_those_of_the_updates_as_sent_whatever_the_robust_rules() -> None:
+    # Prepare: the default robust policy; round 2 has one update 50 times the others'
+    sketched = make_wide("sketch")
+    sketched.averaging = Averaging(DEFAULT_POLICY)
+    train_round(sketched, 1, opposite_updates_wide(1, scale=0.1))
+    loud = opposite_updates_wide(2, scale=0.1)
+    loud["a0"] = loud["a0"] * 50
+    counts = {c: 10 + i for i, c in enumerate(EIGHT)}
+
+    # Execute: the engine's path (open, fold as they arrive, aggregate)
+    stream = sketched.open_stream(2)
+    assert stream is not None
+    model = sketched.models["cluster-0"]
+    for client, delta in loud.items():
+        stream.add(FitResult(client, "cluster-0", model + delta, delta, counts[client], 0.0))
+    sketched.aggregate_stream(2, stream, [])
+
+    # Assert: ε₁ and ε₂ see the updates as sent; the model moved by the clipped mean
+    raw_mean = weighted_average(list(loud.values()), list(counts.values()))
+    mean_norm, max_norm = sketched.last_norms_["cluster-0"]
+    assert mean_norm == pytest.approx(float(np.linalg.norm(raw_mean)), rel=1e-5)
+    assert max_norm == pytest.approx(float(np.linalg.norm(loud["a0"])), rel=1e-6)
+    moved = float(np.linalg.norm(sketched.models["cluster-0"] - model))
+    assert moved < 0.5 * mean_norm
+    assert sketched.averaged_.report.norm_clipped == 1
+
+
+def test_a_split_passes_its_bounds_to_both_halves_and_the_state_keeps_them() -> None:
+    strategy = make_wide("sketch")
+    strategy.averaging = Averaging(DEFAULT_POLICY)
+    for server_round in (1, 2):
+        train_round(strategy, server_round, opposite_updates_wide(server_round))
+    state = strategy.state_dict()
+    resumed = CFL(min_rounds=2, pairwise="sketch")
+    resumed.load_state_dict(
+        StrategyState(
+            {k: v.copy() for k, v in state.arrays.items()}, json.loads(json.dumps(state.meta))
+        )
+    )
+
+    assert set(strategy.stream_bounds_) == {"cluster-1", "cluster-2"}
+    assert strategy.stream_bounds_["cluster-1"] == strategy.stream_bounds_["cluster-2"]
+    assert strategy.stream_bounds_["cluster-1"].norm is not None
+    assert resumed.stream_bounds_ == strategy.stream_bounds_
+
+
+def test_a_trimmed_mean_takes_the_list_even_under_sketches() -> None:
+    strategy = make_wide("sketch")
+    strategy.averaging = Averaging(AggregationPolicy(trim_fraction=0.2))
+
+    train_round(strategy, 1, opposite_updates_wide(1))
+
+    assert strategy.open_stream(2) is None
+    assert strategy.averaged_.averages == 1

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from coordinator.strategies.aggregate import weighted_average
-from coordinator.strategies.robust import AggregationPolicy, robust_average
+from coordinator.strategies.robust import AggregateReport, AggregationPolicy, robust_average
 from coordinator.strategies.sketch import UpdateSketcher
-from coordinator.strategies.streaming import StreamBounds, UpdateStream, fold_all
+from coordinator.strategies.streaming import PartialTotal, StreamBounds, UpdateStream, fold_all
 from faultfleet.errors import UsageError
 from faultfleet.tasks import FitResult
 
@@ -150,3 +150,55 @@ def test_a_retracted_update_leaves_the_fold_of_the_others() -> None:
     assert [u.client_id for u in with_loud.updates()] == [r.client_id for r in updates]
     with pytest.raises(ValueError, match="no update of 'loud'"):
         with_loud.retract(loud)
+
+
+# -- the updates' mean as sent (CFL's ε₁) ---------------------------------------------------
+
+
+def raw_mean_norm(updates: list[FitResult]) -> float:
+    mean = weighted_average([r.delta for r in updates], [r.num_samples for r in updates])
+    return float(np.linalg.norm(mean.astype(np.float64)))
+
+
+def test_the_mean_update_norm_is_of_the_updates_as_sent_under_any_rules() -> None:
+    # Prepare: one loud update the rules clip and cap, and a retracted one
+    updates = results(5, 8)
+    loud = FitResult("loud", "global", BASE + 50.0, None, 10_000, 0.5, base=BASE)
+    gone = FitResult("gone", "global", BASE - 3.0, None, 7, 0.5, base=BASE)
+    policy = AggregationPolicy(clip_factor=2.0, weight_cap=2.0)
+    bounds = StreamBounds(norm=0.7, samples=40.0)
+    kept = UpdateStream(1, {"global": BASE}, policy, {"global": bounds}, raw_means=True)
+
+    # Execute
+    fold_all(kept, [*updates, loud, gone]).retract(gone)
+
+    # Assert: the raw mean's norm, while the average moved by the clipped, capped mean
+    expected = raw_mean_norm([*updates, loud])
+    assert kept.mean_update_norm("global") == pytest.approx(expected, rel=1e-6)
+    moved = float(np.linalg.norm(kept.average("global") - BASE))
+    assert moved < 0.1 * expected
+
+
+def test_without_rules_the_mean_update_norm_needs_no_second_sum() -> None:
+    updates = results(6, 8)
+
+    plain = fold_all(stream(), updates)
+
+    assert plain._raw_sums is None
+    assert plain.mean_update_norm("global") == pytest.approx(raw_mean_norm(updates), rel=1e-6)
+
+
+def test_a_stream_without_raw_means_under_rules_refuses_to_guess_them() -> None:
+    clipped = fold_all(stream(AggregationPolicy(clip_norm=1.0)), results(7, 3))
+
+    with pytest.raises(ValueError, match="keeps no raw means"):
+        clipped.mean_update_norm("global")
+
+
+def test_partial_sums_cannot_join_a_stream_that_keeps_raw_means() -> None:
+    policy = AggregationPolicy(clip_factor=2.0)
+    kept = UpdateStream(1, {"global": BASE}, policy, {}, raw_means=True)
+    part = PartialTotal(np.zeros(50), 1.0, AggregateReport(1))
+
+    with pytest.raises(ValueError, match="partial sums do not carry"):
+        kept.absorb([], {"global": part})
