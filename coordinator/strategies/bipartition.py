@@ -31,8 +31,12 @@ def optimal_bipartition(similarity: Float64Array) -> IntArray:
         raise ValueError(f"similarity must be a square matrix, got shape {similarity.shape}")
     if similarity.shape[0] < 2:
         raise ValueError(f"a bipartition needs at least 2 clients, got {similarity.shape[0]}")
+    # (d + dᵀ) / 2 clipped at 0, d = 1 − α: in place, one m × m array (numpy buffers the
+    # overlapping transpose), the same values as the expression
     distance = 1.0 - similarity
-    distance = np.clip((distance + distance.T) / 2.0, 0.0, None)
+    distance += distance.T
+    distance /= 2.0
+    np.maximum(distance, 0.0, out=distance)
     np.fill_diagonal(distance, 0.0)
     linkage = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete")
     labels = np.asarray(linkage.fit_predict(distance), dtype=np.int64)

@@ -340,9 +340,10 @@ class CFL(Strategy):
         self.last_norms_ = {}
         self.last_splits_ = []
         self.last_shares_ = {}
+        whole_round: Float64Array | None = None
         if updates and not self._has_split():
-            rows = [self._index(u.client_id) for u in updates]
-            record_pairs(self.similarity_, rows, _sketch_cosines(updates))
+            whole_round = _sketch_cosines(updates)
+            record_pairs(self.similarity_, [self._index(u.client_id) for u in updates], whole_round)
         tally = RoundTally(server_round)
         for index, key in enumerate([k for k in self.models_ if k in by_cluster]):
             members = by_cluster[key]
@@ -355,6 +356,9 @@ class CFL(Strategy):
             if self._eligible(server_round, key, len(members)):
                 clients = [u.client_id for u in members]
                 cosines = partial(_sketch_cosines, members)
+                if whole_round is not None and len(members) == len(updates):
+                    # before the first split the one cluster is the round, in its order
+                    cosines = partial(_same, whole_round)
                 self._test_split(key, clients, cosines, mean_norm, max_norm)
         self.averaged_ = tally
 
@@ -483,6 +487,10 @@ class CFL(Strategy):
             k: StreamBounds(**b) for k, b in meta.get("stream_bounds", {}).items()
         }
         self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
+
+
+def _same(matrix: Float64Array) -> Float64Array:
+    return matrix
 
 
 def _sketch_cosines(updates: Sequence[StreamedUpdate]) -> Float64Array:
