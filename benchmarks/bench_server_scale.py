@@ -1,7 +1,7 @@
 """A strategy's server step at 1,000 to 20,000 agents: sketches against exact comparisons.
 
 Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
-       [--strategy flacc|flhc|cfl] [--rounds 8] [--json FILE] [--exact-up-to 20000]
+       [--strategy flacc|flhc|cfl|fedavg|ifca] [--rounds 8] [--json FILE] [--exact-up-to 20000]
        [--partners 32] [--epsilon 0.25] [--quality] [--checkpoint]
 
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
@@ -70,6 +70,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from process_memory import own_peak_rss_bytes, run_json_worker
@@ -96,18 +97,25 @@ EXACT_EPSILON = 0.001
 
 
 def batch_worker(args: argparse.Namespace) -> None:
-    """As :func:`worker`, for a strategy that takes the round's updates as one list."""
+    """As :func:`worker`, for the other strategies: FL+HC and CFL (every agent answers),
+    FedAvg (``streaming`` on for the sketch path, off for the exact one: the fold against
+    the list) and IFCA (every agent takes the first of its k models)."""
     recorded = recorded_updates(args.cache)
     n = args.worker_agents
     fleet = SyntheticFleet(recorded, n, seed=args.seed)
     ids = [f"a{i:05d}" for i in range(n)]
     options: dict[str, object] = {"pairwise": args.worker, "sketch_epsilon": args.epsilon}
     options["sketch_seed"] = args.seed
+    fraction = 1.0
     if args.strategy == "flhc":
         options["n_warmup"] = 0
-    else:
+    elif args.strategy == "cfl":
         options.update(criterion="similarity", min_rounds=1)
-    strategy: Strategy = make_strategy(args.strategy, fraction=1.0, options=options)
+    elif args.strategy == "fedavg":
+        options, fraction = {"streaming": "on" if args.worker == "sketch" else "off"}, 0.25
+    else:
+        fraction = 0.25
+    strategy: Strategy = make_strategy(args.strategy, fraction=fraction, options=options)
     strategy.averaging = Averaging(DEFAULT_POLICY)
     strategy.initialize(ids, lambda _: recorded.base.copy())
     rng = np.random.default_rng(args.seed)
@@ -153,7 +161,7 @@ def batch_worker(args: argparse.Namespace) -> None:
         "walls": walls,
         "peak_rss_mb": own_peak_rss_bytes() / MB,
         "labels": [labels[c] for c in ids],
-        "pairs": updates * (updates - 1) // 2,
+        "pairs": 0 if args.strategy == "fedavg" else updates * (updates - 1) // 2,
         "sketch_dim": 0 if sketcher is None else sketcher.dim,
     }
     print(json.dumps(line))
@@ -280,9 +288,10 @@ def main() -> None:
     parser.add_argument("--agents", type=int, nargs="+", default=[1000, 2000, 5000, 10000, 20000])
     parser.add_argument(
         "--strategy",
-        choices=["flacc", "flhc", "cfl"],
+        choices=["flacc", "flhc", "cfl", "fedavg", "ifca"],
         default="flacc",
-        help="whose server step is timed (flhc, cfl: every agent answers each round)",
+        help="whose server step is timed (flhc, cfl: every agent answers each round; "
+        "fedavg: streamed against listed)",
     )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--json", type=Path)
@@ -328,9 +337,10 @@ def main() -> None:
         truth = SyntheticFleet(recorded, agents, seed=args.seed).groups()
         labels: list[int] = sketch["labels"]  # type: ignore[assignment]
         ari_exact = float("nan")
+        exact: dict[str, Any] = {}
         if agents <= args.exact_up_to:
-            exact = run_worker(args, "exact", agents)
-            ari_exact = adjusted_rand_index(exact["labels"], labels)  # type: ignore[arg-type]
+            exact = dict(run_worker(args, "exact", agents))
+            ari_exact = adjusted_rand_index(exact["labels"], labels)
         seconds = float(np.mean(steps))
         first = first or (agents, seconds)
         growth = seconds / first[1]
@@ -352,6 +362,8 @@ def main() -> None:
             "quality_seconds": sketch.get("quality_seconds"),
             "quality_peak_rss_mb": sketch.get("quality_peak_rss_mb"),
             **{k: v for k, v in sketch.items() if k.startswith("checkpoint_")},
+            "exact_seconds_per_step": float(np.mean(exact["steps"])) if exact else None,
+            "exact_peak_rss_mb": exact.get("peak_rss_mb"),
         }
         rows.append(row)
         print(
@@ -361,6 +373,13 @@ def main() -> None:
             f"{ari_exact:>10.3f}{row['ari_vs_truth']:>9.3f}{growth:>8.1f}{nlogn:>7.1f}",
             flush=True,
         )
+        if exact:
+            print(
+                f"{'':>7} exact path ({len(exact['steps'])} rounds, all cores): "
+                f"{row['exact_seconds_per_step']:.3f} s/step, peak RSS "
+                f"{row['exact_peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
         if args.quality:
             print(
                 f"{'':>7} quality assessment after round {args.rounds}: "

@@ -18,18 +18,32 @@ pair.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.known_pairs import KnownPairs
 from coordinator.strategies.pair_memory import PairMemory, sample_pairs
-from coordinator.strategies.pairwise import UpdateComparer
+from coordinator.strategies.pairwise import UpdateComparer, sketch_pair_cosines
+from coordinator.strategies.streaming import StreamedUpdate
 from faultfleet.tasks import FitResult
-from faultfleet.types import Float64Array
+from faultfleet.types import Float64Array, IntArray
+
+
+class _Answer(Protocol):
+    """What the same-model evidence reads of an answer besides its cosines."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def model_key(self) -> str: ...
+
+
+_U = TypeVar("_U", bound=_Answer)
 
 
 @dataclass(frozen=True)
@@ -215,15 +229,43 @@ class SameModelSimilarity:
         """Take in a round's updates: pairs of clients that trained the same model (every
         pair of a model's updates, or each with ``partners`` others chosen at random, seeded
         by the round and the model's place among the round's models)."""
+        comparer = self.comparer
+
+        def cosines(members: Sequence[FitResult], a: IntArray, b: IntArray) -> Float64Array:
+            updates = [r.delta for r in members]
+            if comparer is None:
+                return cosine_similarity_matrix(updates)[a, b]
+            return comparer.pair_cosines(updates, a, b)
+
+        self._record(server_round, results, cosines)
+
+    def record_sketches(self, server_round: int, updates: Sequence[StreamedUpdate]) -> None:
+        """:meth:`record` for a streamed round: the updates' unit sketches (the same pairs,
+        and the cosines :meth:`record` takes under sketches)."""
+
+        def cosines(members: Sequence[StreamedUpdate], a: IntArray, b: IntArray) -> Float64Array:
+            sketches = [u.sketch for u in members]
+            if any(s is None for s in sketches):
+                raise ValueError("a streamed update has no sketch")
+            return sketch_pair_cosines([s for s in sketches if s is not None], a, b)
+
+        self._record(server_round, updates, cosines)
+
+    def _record(
+        self,
+        server_round: int,
+        answers: Sequence[_U],
+        cosines: Callable[[Sequence[_U], IntArray, IntArray], Float64Array],
+    ) -> None:
+        """:meth:`record` for any kind of answer with a client id and a model key."""
         index = {c: i for i, c in enumerate(self.client_ids_)}
-        by_model: dict[str, list[FitResult]] = {}
-        for r in results:
+        by_model: dict[str, list[_U]] = {}
+        for r in answers:
             by_model.setdefault(r.model_key, []).append(r)
         for place, members in enumerate(by_model.values()):
             if len(members) < 2:
                 continue
             rows = np.array([index[r.client_id] for r in members], dtype=np.int64)
-            updates = [r.delta for r in members]
             a, b = sample_pairs(len(members), self.partners, [server_round, place])
             low, high = np.minimum(rows[a], rows[b]), np.maximum(rows[a], rows[b])
             # a client twice among one model's updates: no pair with itself, and each of its
@@ -232,11 +274,8 @@ class SameModelSimilarity:
             _, last = np.unique(keys, return_index=True)
             once = np.sort(len(keys) - 1 - last)
             once = once[low[once] != high[once]]
-            if self.comparer is None:
-                cosines = cosine_similarity_matrix(updates)[a[once], b[once]]
-            else:
-                cosines = self.comparer.pair_cosines(updates, a[once], b[once])
-            self.pairs_.record(server_round, low[once], high[once], cosines)
+            taken = cosines(members, a[once], b[once])
+            self.pairs_.record(server_round, low[once], high[once], taken)
         self.pairs_.forget(server_round, SAME_MODEL_MEMORY - 1)
         self.last_round_ = server_round
 

@@ -67,8 +67,13 @@ from coordinator.strategies.keys import GLOBAL, cluster_key, cluster_number
 from coordinator.strategies.merge_history import MergeHistory
 from coordinator.strategies.pairwise import resolve
 from coordinator.strategies.parameters import Param
-from coordinator.strategies.robust import RoundTally
-from coordinator.strategies.streaming import FoldedRound, StreamBounds, UpdateStream, fold_all
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    UpdateStream,
+    fold_all,
+    fold_averages,
+)
 from faultfleet.tasks import Failure, FitInstruction, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
 
@@ -248,19 +253,14 @@ class FLACC(Strategy):
 
     def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
         assert self.sketched_ is not None  # streams exist in sketch mode only
-        keys = stream.model_keys()
         if not self.separated_:
             updates = sorted(stream.updates(), key=lambda u: self._index(u.client_id))
             answered = np.array([self._index(u.client_id) for u in updates], dtype=np.intp)
             sketches = [u.sketch for u in updates if u.sketch is not None]
             self.sketched_.record_sketches(server_round, answered, sketches)
             merge_step(self, server_round)
-        tally = RoundTally(server_round)
-        for index, key in enumerate(keys):  # line 20, or 26 per entity once separated
-            self.models_[key] = stream.average(key, index=index)
-            self.stream_bounds_[key] = stream.next_bounds(key)
-            tally = RoundTally(server_round, tally.averages + 1, tally.report + stream.report(key))
-        self.averaged_ = tally
+        # line 20, or 26 per entity once separated
+        self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
 
     def cluster_step(
         self, server_round: int, answered: IntArray, similarity: Float64Array | None

@@ -25,7 +25,11 @@ k models like every client; the model its own evaluation chose when it joined co
 its evaluation choice until it trains.
 
 ``pairwise`` (:mod:`.pairwise`) sets how the same-model cosines of the evidence are taken;
-IFCA's clustering compares losses, not updates, and has nothing to sketch.
+IFCA's clustering compares losses, not updates, and has nothing to sketch. Under
+``"sketch"`` a round *streams* (:meth:`IFCA.open_stream`): each update is folded into its
+cluster's running sum as it arrives and only its sketch (and norm) is kept, for the
+evidence, the same pairs and cosines as the list's; the robust policy's adaptive clip and
+weight cap then take the previous round's medians, and a trimmed mean takes the list.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ from coordinator.strategies.evidence import ClusterEvidence, SameModelSimilarity
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    UpdateStream,
+    bounds_state,
+    fold_all,
+    fold_averages,
+    load_bounds,
+)
 from faultfleet.tasks import EvaluateResult, Failure, FitResult
 from faultfleet.types import ModelFactory
 
@@ -102,8 +115,9 @@ class IFCA(Strategy):
             self.models_[cluster_key(j)] = np.array(model_factory(j), dtype=np.float32)
         self.fit_keys_: dict[str, str] = {}
         self.eval_keys_: dict[str, str] = {}
-        comparer = strategy_comparer(self, self._model_size(), len(self.client_ids_))
-        self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
+        self.comparer_ = strategy_comparer(self, self._model_size(), len(self.client_ids_))
+        self.same_model_ = SameModelSimilarity(self.client_ids_, self.comparer_)
+        self.stream_bounds_: dict[str, StreamBounds] = {}
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
@@ -127,19 +141,61 @@ class IFCA(Strategy):
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
         """Average each cluster over the clients that chose it (model averaging, Algorithm 1)."""
+        stream = self.open_stream(server_round)
+        if stream is not None:  # sketch mode: the same streaming path as a live round
+            self._aggregate_stream(server_round, fold_all(stream, results))
+            return
         by_cluster: dict[str, list[FitResult]] = {}
         for r in results:
             by_cluster.setdefault(r.model_key, []).append(r)
-            self.fit_keys_[r.client_id] = r.model_key
-            self.eval_keys_.pop(r.client_id, None)
+        self._chose(server_round, [(r.client_id, r.model_key) for r in results])
         self.same_model_.record(server_round, results)
         for key, members in by_cluster.items():
             self.models_[key] = self._average(members)
-        logger.debug(
-            "round %d: cluster sizes %s",
+
+    def _chose(self, server_round: int, choices: Sequence[tuple[str, str]]) -> None:
+        """Record each trained client's choice (client, model key)."""
+        sizes: dict[str, int] = {}
+        for client, key in choices:
+            self.fit_keys_[client] = key
+            self.eval_keys_.pop(client, None)
+            sizes[key] = sizes.get(key, 0) + 1
+        logger.debug("round %d: cluster sizes %s", server_round, dict(sorted(sizes.items())))
+
+    # -- streaming (pairwise sketch) -------------------------------------------------------
+
+    def open_stream(self, server_round: int) -> UpdateStream | None:
+        """Under sketches, a stream folding the round's updates into their clusters' sums
+        as they arrive (:mod:`.streaming`); None under exact cosines or a trimmed mean,
+        which need the list."""
+        sketcher = self.comparer_.sketcher
+        if sketcher is None or self.averaging.policy.trim_fraction > 0:
+            return None
+        return UpdateStream(
             server_round,
-            {k: len(v) for k, v in sorted(by_cluster.items())},
+            self.models_,
+            self.averaging.policy,
+            self.stream_bounds_,
+            sketcher,
+            self.averaging.noise_seed,
         )
+
+    def aggregate_stream(
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
+    ) -> None:
+        """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
+        for u in stream.updates():
+            if u.client_id not in self.client_index_:
+                raise ValueError(f"result from unknown client {u.client_id!r}")
+        self._aggregate_stream(server_round, stream)
+
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
+        """The choices, the evidence from the sketches (in the list's order: by client, then
+        model) and each chosen cluster's average."""
+        updates = sorted(stream.updates(), key=lambda u: (self._index(u.client_id), u.model_key))
+        self._chose(server_round, [(u.client_id, u.model_key) for u in updates])
+        self.same_model_.record_sketches(server_round, updates)
+        self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
 
     # -- evaluation and clustering -------------------------------------------------------
 
@@ -180,6 +236,7 @@ class IFCA(Strategy):
             "fit_keys": [self.fit_keys_.get(c) for c in self.client_ids_],
             "eval_keys": [self.eval_keys_.get(c) for c in self.client_ids_],
             "comparer": self.same_model_.comparer_state(),
+            "stream_bounds": bounds_state(self.stream_bounds_),
         }
         return meta, self.same_model_.arrays("same_model_")
 
@@ -191,11 +248,12 @@ class IFCA(Strategy):
             )
         self.fit_keys_ = _present(self.client_ids_, meta["fit_keys"])
         self.eval_keys_ = _present(self.client_ids_, meta["eval_keys"])
-        comparer = strategy_comparer(
+        self.comparer_ = strategy_comparer(
             self, self._model_size(), len(self.client_ids_), meta.get("comparer")
         )
-        self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
+        self.same_model_ = SameModelSimilarity(self.client_ids_, self.comparer_)
         self.same_model_.load(self.client_ids_, arrays, "same_model_")
+        self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))
 
 
 def _present(client_ids: Sequence[str], keys: Sequence[str | None]) -> dict[str, str]:

@@ -176,16 +176,29 @@ class UpdateComparer:
         one matrix product makes faster."""
         if len(first) == 0:
             return np.zeros(0)
-        if self.sketcher is None or len(updates) <= PAIRS_MATRIX_UP_TO:
+        if self.sketcher is None:
             return self.matrix(updates)[first, second]
         sketcher = self.sketcher
-        rows = np.asarray([sketcher.unit_sketch(u) for u in updates], dtype=np.float64)
-        clipped: Float64Array = np.clip(pair_dots(rows, first, second), -1.0, 1.0)
-        return clipped
+        return sketch_pair_cosines([sketcher.unit_sketch(u) for u in updates], first, second)
 
     def state(self) -> dict[str, int | str]:
         """What a saved strategy keeps to sketch as before: the mode and the JL bound's n."""
         return {"mode": self.mode, "clients": self.n_clients}
+
+
+def sketch_pair_cosines(
+    sketches: Sequence[FloatArray], first: IntArray, second: IntArray
+) -> Float64Array:
+    """The cosines of the pairs ``(first[q], second[q])`` of unit sketches, shape (q,),
+    float64: from their k × k matrix up to :data:`PAIRS_MATRIX_UP_TO` sketches, pair by pair
+    beyond (:meth:`UpdateComparer.pair_cosines` on sketches; a streamed round's sketches)."""
+    if len(first) == 0:
+        return np.zeros(0)
+    if len(sketches) <= PAIRS_MATRIX_UP_TO:
+        return sketch_cosine_matrix(sketches)[first, second]
+    rows = np.asarray(sketches, dtype=np.float64)
+    clipped: Float64Array = np.clip(pair_dots(rows, first, second), -1.0, 1.0)
+    return clipped
 
 
 def comparer_for(

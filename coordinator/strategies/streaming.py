@@ -35,12 +35,19 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from coordinator.strategies.robust import AggregateReport, AggregationPolicy, lower_median
+from coordinator.strategies.pairwise import SKETCH_FLEET
+from coordinator.strategies.parameters import Param
+from coordinator.strategies.robust import (
+    AggregateReport,
+    AggregationPolicy,
+    RoundTally,
+    lower_median,
+)
 from coordinator.strategies.sketch import UpdateSketcher
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitResult
@@ -402,6 +409,56 @@ class FoldedRound(Protocol):
     def next_bounds(self, key: str) -> StreamBounds:
         """The medians measured for ``key``: the next round's bounds."""
         ...
+
+
+STREAMING = Param(
+    "streaming",
+    "str",
+    "auto",
+    "fold each update into the average as it arrives instead of holding the round's "
+    f"updates: 'on', 'off', or from {SKETCH_FLEET} registered clients on ('auto'); "
+    "streaming, the adaptive clip and weight cap take the previous round's medians",
+    "ours; coordinator/strategies/streaming.py",
+    choices=("auto", "on", "off"),
+)
+"""Whether a strategy that only averages (FedAvg) streams its rounds; strategies that
+compare updates stream under ``pairwise = "sketch"``."""
+
+
+def streams(mode: str, n_clients: int) -> bool:
+    """Whether :data:`STREAMING` ``mode`` streams in a federation of ``n_clients``."""
+    if mode == "auto":
+        return n_clients >= SKETCH_FLEET
+    if mode not in ("on", "off"):
+        raise ValueError(f"streaming must be one of auto, on, off, got {mode!r}")
+    return mode == "on"
+
+
+def fold_averages(
+    models: dict[str, FloatArray],
+    bounds: dict[str, StreamBounds],
+    stream: FoldedRound,
+    server_round: int,
+) -> RoundTally:
+    """Every model key of ``stream`` averaged into ``models`` and its medians into
+    ``bounds`` (the next round's), in key order (each average's place seeds its privacy
+    noise); returns what the averaging did (:attr:`~.base.Strategy.averaged_`)."""
+    tally = RoundTally(server_round)
+    for index, key in enumerate(stream.model_keys()):
+        models[key] = stream.average(key, index=index)
+        bounds[key] = stream.next_bounds(key)
+        tally = RoundTally(server_round, tally.averages + 1, tally.report + stream.report(key))
+    return tally
+
+
+def bounds_state(bounds: Mapping[str, StreamBounds]) -> dict[str, dict[str, float | None]]:
+    """``bounds`` as JSON, for a strategy's saved state."""
+    return {key: asdict(b) for key, b in bounds.items()}
+
+
+def load_bounds(saved: Mapping[str, Mapping[str, float | None]]) -> dict[str, StreamBounds]:
+    """What :func:`bounds_state` wrote (an empty mapping for a state saved without)."""
+    return {key: StreamBounds(**b) for key, b in saved.items()}
 
 
 def lower_medians(
