@@ -33,6 +33,8 @@ from coordinator.strategies.evidence import Merge as Merge  # noqa: PLC0414 - re
 from coordinator.strategies.joining import check_joining, check_leaving, served_keys
 from coordinator.strategies.parameters import FRACTION, Param, check_value, declared_in
 from coordinator.strategies.robust import Averaging, RoundTally
+from coordinator.strategies.sketch import UpdateSketcher
+from coordinator.strategies.streaming import StreamBounds, UpdateStream
 from faultfleet.tasks import (
     EvaluateInstruction,
     EvaluateResult,
@@ -255,6 +257,29 @@ class Strategy(ABC):
         ordered = sorted(results, key=lambda r: (self._index(r.client_id), r.model_key))
         self.averaged_ = RoundTally(server_round)
         self._aggregate(server_round, ordered, failures)
+
+    def _stream(
+        self,
+        server_round: int,
+        bounds: Mapping[str, StreamBounds],
+        sketcher: UpdateSketcher | None = None,
+        *,
+        raw_means: bool = False,
+    ) -> UpdateStream | None:
+        """A stream of the round under :attr:`averaging` (:mod:`.streaming`: the previous
+        round's medians in ``bounds``, ``sketcher`` for the kept sketches), or None under a
+        trimmed mean, which needs every update at once: the round then takes the list."""
+        if self.averaging.policy.trim_fraction > 0:
+            return None
+        return UpdateStream(
+            server_round,
+            self.models_,
+            self.averaging.policy,
+            bounds,
+            sketcher,
+            self.averaging.noise_seed,
+            raw_means=raw_means,
+        )
 
     def _average(self, results: Sequence[FitResult]) -> FloatArray:
         """One model from ``results`` (trained from one model) under :attr:`averaging`."""

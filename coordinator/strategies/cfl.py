@@ -301,17 +301,9 @@ class CFL(Strategy):
         under exact cosines, which need the updates, and under a trimmed mean, which needs
         them all at once: those take the list."""
         sketcher = self.comparer_.sketcher
-        if sketcher is None or self.averaging.policy.trim_fraction > 0:
+        if sketcher is None:
             return None
-        return UpdateStream(
-            server_round,
-            self.models_,
-            self.averaging.policy,
-            self.stream_bounds_,
-            sketcher,
-            self.averaging.noise_seed,
-            raw_means=True,
-        )
+        return self._stream(server_round, self.stream_bounds_, sketcher, raw_means=True)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]

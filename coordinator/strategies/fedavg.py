@@ -87,15 +87,7 @@ class FedAvg(Strategy):
         and the policy is no trimmed mean; None: the round takes the list."""
         if not streams(self.streaming, len(self.client_ids_)):
             return None
-        if self.averaging.policy.trim_fraction > 0:
-            return None
-        return UpdateStream(
-            server_round,
-            self.models_,
-            self.averaging.policy,
-            self.stream_bounds_,
-            noise_seed=self.averaging.noise_seed,
-        )
+        return self._stream(server_round, self.stream_bounds_)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]

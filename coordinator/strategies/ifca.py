@@ -169,16 +169,9 @@ class IFCA(Strategy):
         as they arrive (:mod:`.streaming`); None under exact cosines or a trimmed mean,
         which need the list."""
         sketcher = self.comparer_.sketcher
-        if sketcher is None or self.averaging.policy.trim_fraction > 0:
+        if sketcher is None:
             return None
-        return UpdateStream(
-            server_round,
-            self.models_,
-            self.averaging.policy,
-            self.stream_bounds_,
-            sketcher,
-            self.averaging.noise_seed,
-        )
+        return self._stream(server_round, self.stream_bounds_, sketcher)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
