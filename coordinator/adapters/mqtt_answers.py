@@ -147,6 +147,7 @@ class AnswerCollector(OpenTasks):
         self.clock = clock
         self.held = ByteBudget(max_held_bytes)
         """The received answers' bytes not yet refused or journaled (:meth:`receive`)."""
+        metrics.answers_held_bytes.set_function(lambda: float(self.held.held))
         self._writer = JournalWriter(
             journal, written=self._journaled, failed=self._not_journaled, entry=write_entry
         )
@@ -290,7 +291,10 @@ class AnswerCollector(OpenTasks):
         over :attr:`held`'s budget). The message's bytes are held until it is refused, or
         journaled and taken."""
         agent = self.topics.agent_of(topic) or topic
-        self.held.take(len(payload))
+        if not self.held.take(len(payload), timeout_s=0):  # full: wait for the journal
+            started = time.monotonic()
+            self.held.take(len(payload))
+            self.metrics.answers_backpressure_seconds.inc(time.monotonic() - started)
         self._workers.call(agent, lambda: self._check_held(topic, payload))
 
     def _check_held(self, topic: str, payload: bytes) -> None:

@@ -130,6 +130,18 @@ class CoordinatorMetrics(ClusterMetrics):
         self.broker_connected = Gauge(
             "faultfleet_broker_connected", "1 while connected to the MQTT broker.", registry=reg
         )
+        self.answers_held_bytes = Gauge(
+            "faultfleet_answers_held_bytes",
+            "Bytes of agents' answers received and not yet journaled or refused; at the "
+            "bound the coordinator stops reading from the broker until the journal catches up.",
+            registry=reg,
+        )
+        self.answers_backpressure_seconds = Counter(
+            "faultfleet_answers_backpressure_seconds",
+            "Time the coordinator waited, with answers held at the bound, before reading the "
+            "next message from the broker.",
+            registry=reg,
+        )
         self._add_clusters(reg)
         for reason in RejectReason:
             self.updates_rejected.labels(reason=reason.value)

@@ -38,6 +38,8 @@ DESIGN_METRICS = {
     "faultfleet_promotions_total": "counter",
     "faultfleet_cluster_model_version": "gauge",
     "faultfleet_broker_connected": "gauge",
+    "faultfleet_answers_held_bytes": "gauge",
+    "faultfleet_answers_backpressure_seconds_total": "counter",
     "faultfleet_cluster_confidence_ratio": "gauge",
     "faultfleet_cluster_min_margin": "gauge",
     "faultfleet_clusters_borderline": "gauge",

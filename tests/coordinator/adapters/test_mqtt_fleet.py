@@ -403,7 +403,8 @@ def test_the_network_thread_waits_while_the_answers_held_fill_the_budget(
     registry = AgentRegistry()
     for agent in CLIENTS:
         registry.update(status(agent, "online"))
-    mqtt_fleet = fleet(tmp_path, registry)
+    metrics = CoordinatorMetrics(CollectorRegistry())
+    mqtt_fleet = fleet(tmp_path, registry, metrics=metrics)
     journal = GatedJournal(tmp_path)
     mqtt_fleet.answers.journal = journal
     mqtt_fleet.answers._writer.journal = journal
@@ -434,6 +435,7 @@ def test_the_network_thread_waits_while_the_answers_held_fill_the_budget(
         time.sleep(0.01)
     time.sleep(0.2)  # time enough to take a third, were it let through
     while_stuck = (len(received), mqtt_fleet.answers.held.held)
+    gauge_while_stuck = metrics.registry.get_sample_value("faultfleet_answers_held_bytes")
     journal.gate.set()
     receiver.join(10)
     mqtt_fleet.close()
@@ -441,6 +443,10 @@ def test_the_network_thread_waits_while_the_answers_held_fill_the_budget(
     # Assert: two updates held while the journal was stuck, the third waited for room;
     # every update journaled and counted in the end, nothing held
     assert while_stuck == (2, 2 * size)
+    assert gauge_while_stuck == 2 * size
+    waited = metrics.registry.get_sample_value("faultfleet_answers_backpressure_seconds_total")
+    assert waited is not None
+    assert waited >= 0.2
     assert len(received) == 4
     assert all(isinstance(p.result, FitResult) for p, _, _ in frames)
     assert len(RoundJournal(tmp_path).accepted()) == 4
