@@ -72,7 +72,12 @@ Decisions on what the paper leaves open (``shared/papers/README.md`` settles ver
 - ``pairwise`` (:mod:`.pairwise`): FAACL's clustering compares losses — the asymmetric
   support test of Algorithms 3–4 reads per-sample validation losses, not updates — so
   there is nothing in it to sketch; the option applies to the same-model cosines of its
-  evidence (:class:`~.evidence.SameModelSimilarity`) only.
+  evidence (:class:`~.evidence.SameModelSimilarity`) only. Under ``"sketch"`` a round
+  streams (:meth:`FAACL.open_stream`): each update is folded into its model's running sum
+  as it arrives and only its sketch is kept, for the evidence (the list's pairs and
+  cosines); the robust policy's adaptive clip and weight cap then take the previous round's
+  medians of the same model (a cluster new since has none), and a trimmed mean takes the
+  list.
 - Results and probe answers are validated: a device may only train its own cluster's model
   or one its cluster supports, and only the devices asked may answer a probe.
 
@@ -98,6 +103,15 @@ from coordinator.strategies.faacl_probing import FAACLProbing
 from coordinator.strategies.faacl_support import Cluster, Partition
 from coordinator.strategies.pairwise import strategy_comparer
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    UpdateStream,
+    bounds_state,
+    fold_all,
+    fold_averages,
+    load_bounds,
+)
 from faultfleet.tasks import (
     Failure,
     FitInstruction,
@@ -168,6 +182,7 @@ class FAACL(Strategy):
         theta = np.array(model_factory(0), dtype=np.float32)
         comparer = strategy_comparer(self, len(theta), len(self.client_ids_))
         self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
+        self.stream_bounds_: dict[str, StreamBounds] = {}
         self.book_.new_singletons(self.client_ids_, theta)
 
     def _hold_clusters(self) -> None:
@@ -259,20 +274,63 @@ class FAACL(Strategy):
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
         """Algorithm 6: each model is the sample-weighted mean of the updates it received."""
+        for r in results:
+            self._check_trained(r.client_id, r.model_key)
+        stream = self.open_stream(server_round)
+        if stream is not None:  # sketch mode: the same streaming path as a live round
+            self._aggregate_stream(server_round, fold_all(stream, results))
+            return
         by_key: dict[str, list[FitResult]] = {}
         for r in results:
-            if r.model_key not in self.training_keys(r.client_id):
-                raise ValueError(
-                    f"client {r.client_id!r} trained {r.model_key!r}, which is neither its "
-                    "cluster's model nor one its cluster supports"
-                )
             by_key.setdefault(r.model_key, []).append(r)
         for key, trained in by_key.items():
             self.models_[key] = self._average(trained)
         self.same_model_.record(server_round, results)
-        for key in self.book_.ordered(by_key):
+        self._enter_trained(by_key)
+
+    def _check_trained(self, client_id: str, model_key: str) -> None:
+        if client_id not in self.client_index_:
+            raise ValueError(f"result from unknown client {client_id!r}")
+        if model_key not in self.training_keys(client_id):
+            raise ValueError(
+                f"client {client_id!r} trained {model_key!r}, which is neither its "
+                "cluster's model nor one its cluster supports"
+            )
+
+    def _enter_trained(self, trained: Sequence[str] | Mapping[str, object]) -> None:
+        """A cluster waiting for its first update (a newcomer's) enters once trained."""
+        for key in self.book_.ordered(trained):
             if self.clusters_[key].partition is None:
                 self.book_.enter(key)
+
+    # -- streaming (pairwise sketch) -------------------------------------------------------
+
+    def open_stream(self, server_round: int) -> UpdateStream | None:
+        """Under sketches, a stream folding the round's updates into their models' sums as
+        they arrive (:mod:`.streaming`), keeping their sketches for the evidence; None under
+        exact cosines or a trimmed mean, which need the list."""
+        comparer = self.same_model_.comparer
+        if comparer is None or comparer.sketcher is None:
+            return None
+        bounds = {k: b for k, b in self.stream_bounds_.items() if k in self.models_}
+        self.stream_bounds_ = bounds  # clusters merged away leave theirs
+        return self._stream(server_round, bounds, comparer.sketcher)
+
+    def aggregate_stream(
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
+    ) -> None:
+        """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
+        for u in stream.updates():
+            self._check_trained(u.client_id, u.model_key)
+        self._aggregate_stream(server_round, stream)
+
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
+        """Each trained model's average, the evidence from the sketches (in the list's
+        order: by client, then model) and the newcomers' clusters entered."""
+        updates = sorted(stream.updates(), key=lambda u: (self._index(u.client_id), u.model_key))
+        self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
+        self.same_model_.record_sketches(server_round, updates)
+        self._enter_trained(stream.model_keys())
 
     # -- clustering ------------------------------------------------------------------------
 
@@ -329,6 +387,7 @@ class FAACL(Strategy):
         meta = self.book_.state()
         meta["metrics"] = dict(self.probing_.metrics)
         meta["comparer"] = self.same_model_.comparer_state()
+        meta["stream_bounds"] = bounds_state(self.stream_bounds_)
         return meta, self.same_model_.arrays("same_model_")
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
@@ -340,3 +399,4 @@ class FAACL(Strategy):
         )
         self.same_model_ = SameModelSimilarity(self.client_ids_, comparer)
         self.same_model_.load(self.client_ids_, arrays, "same_model_")
+        self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))

@@ -1,4 +1,4 @@
-"""FedAvg and IFCA streaming their rounds: the same models as the list (no robust rules),
+"""FedAvg, IFCA and FAACL streaming their rounds: the same models as the list (no robust rules),
 IFCA's evidence the same pairs and cosines, the bounds kept in the state, and when each
 takes the list instead."""
 
@@ -9,14 +9,18 @@ import json
 import numpy as np
 import pytest
 
+from coordinator.engine.rounds import RoundEngine
 from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.evidence import SameModelSimilarity
+from coordinator.strategies.faacl import FAACL
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.ifca import IFCA
+from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy, Averaging
 from faultfleet.errors import UsageError
-from faultfleet.tasks import FitResult
+from faultfleet.tasks import FitResult, TrainConfig
 from faultfleet.types import FloatArray
+from tests.coordinator.fakes import SyntheticFleet, seeded_factory
 
 N_PARAMS = 3000
 CLIENTS = [f"c{i:03d}" for i in range(150)]  # 50 a model: more than its 32 partners
@@ -155,3 +159,37 @@ def test_a_streamed_ifca_round_keeps_the_lists_models_and_evidence() -> None:
     np.testing.assert_array_equal(mine.first, theirs.first)
     np.testing.assert_array_equal(mine.second, theirs.second)
     np.testing.assert_array_equal(mine.value, theirs.value)
+
+
+def test_faacl_streams_under_sketches_and_keeps_bounds_of_its_live_models_only() -> None:
+    # Prepare: the engine drives FAACL over a synthetic fleet of three groups, on sketches
+    options = {"epsilon": 1.0, "init_rounds": 1, "pairwise": "sketch", "sketch_epsilon": 0.25}
+    strategy = make_strategy("faacl", fraction=0.5, options=options)
+    strategy.averaging = Averaging(DEFAULT_POLICY)
+    exact = make_strategy("faacl", fraction=0.5, options={**options, "pairwise": "exact"})
+    fleet = SyntheticFleet([0] * 6 + [1] * 6 + [2] * 6, dim=N_PARAMS, seed=3)
+    engine = RoundEngine(
+        strategy, fleet, model_factory=seeded_factory(N_PARAMS), train_config=TrainConfig(), seed=0
+    )
+    exact.initialize([f"x{i}" for i in range(4)], model)
+
+    # Execute
+    for _ in range(5):
+        engine.run_round()
+    assert isinstance(strategy, FAACL)
+    state = strategy.state_dict()
+    resumed = make_strategy("faacl", fraction=0.5, options=options)
+    assert isinstance(resumed, FAACL)
+    resumed.load_state_dict(
+        StrategyState(
+            {k: v.copy() for k, v in state.arrays.items()}, json.loads(json.dumps(state.meta))
+        )
+    )
+
+    # Assert: streamed (bounds exist only on that path), none left for merged-away models
+    assert isinstance(exact, FAACL)
+    assert exact.open_stream(1) is None
+    assert strategy.open_stream(6) is not None
+    assert strategy.stream_bounds_
+    assert set(strategy.stream_bounds_) <= set(strategy.models)
+    assert resumed.stream_bounds_ == strategy.stream_bounds_
