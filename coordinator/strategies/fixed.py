@@ -20,17 +20,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.strategies.base import JsonDict, Strategy
+from coordinator.strategies.base import JsonDict
 from coordinator.strategies.joining import most_served_key
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.streamed_averages import StreamedAverages
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import ModelFactory
 
 
-class FixedClusters(Strategy):
-    """One FedAvg model per cluster of a fixed, known assignment.
+class FixedClusters(StreamedAverages):
+    """One FedAvg model per cluster of a fixed, known assignment (``streaming``:
+    :class:`~.streamed_averages.StreamedAverages`).
 
     Hyper-parameters: the :attr:`parameters` table (``faultfleet sim --list-options fixed``).
     ``assignment`` must list every client of the federation; clients it lists that are not in
@@ -57,16 +59,22 @@ class FixedClusters(Strategy):
     )
 
     def __init__(
-        self, *, fraction: float = 0.25, assignment: Mapping[str, int | str] | None = None
+        self,
+        *,
+        fraction: float = 0.25,
+        assignment: Mapping[str, int | str] | None = None,
+        streaming: str = "auto",
     ) -> None:
         super().__init__(fraction=fraction)
         self.assignment = assignment
+        self.streaming = streaming
 
     def _initialize(self, model_factory: ModelFactory) -> None:
         self.keys_: dict[str, str] = self._keys()
         initial = model_factory(0)
         for key in sorted(set(self.keys_.values())):
             self.models_[key] = initial.copy()
+        self._start_streams()
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
@@ -118,9 +126,10 @@ class FixedClusters(Strategy):
         return {c: cluster_key(assignment.get(c, 0)) for c in ids}
 
     def _extra_state(self) -> tuple[JsonDict, dict[str, np.ndarray[Any, Any]]]:
-        return {"keys": dict(self.keys_)}, {}
+        return {"keys": dict(self.keys_), **self._streams_state()}, {}
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        self._load_streams_state(meta)
         saved = {str(c): str(k) for c, k in meta.get("keys", {}).items()}
         named = [c for c in self.client_ids_ if self.assignment is None or c in self.assignment]
         self.keys_ = {**saved, **self._keys(named)}
@@ -136,16 +145,14 @@ class FixedClusters(Strategy):
     def model_key_for(self, client_id: str) -> str:
         return self.keys_[client_id]
 
+    def _check_key(self, client_id: str, model_key: str) -> None:
+        if model_key != self.keys_[client_id]:
+            raise ValueError(
+                f"client {client_id!r} trained model {model_key!r}, not its cluster's "
+                f"{self.keys_[client_id]!r}"
+            )
+
     def _aggregate(
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
-        by_key: dict[str, list[FitResult]] = {}
-        for r in results:
-            if r.model_key != self.keys_[r.client_id]:
-                raise ValueError(
-                    f"client {r.client_id!r} trained model {r.model_key!r}, not its cluster's "
-                    f"{self.keys_[r.client_id]!r}"
-                )
-            by_key.setdefault(r.model_key, []).append(r)
-        for key, own in by_key.items():
-            self.models_[key] = self._average(own)
+        self._average_round(server_round, results)

@@ -1,6 +1,6 @@
-"""FedAvg, IFCA and FAACL streaming their rounds: the same models as the list (no robust rules),
-IFCA's evidence the same pairs and cosines, the bounds kept in the state, and when each
-takes the list instead."""
+"""FedAvg, fixed clusters, IFCA and FAACL streaming their rounds: the same models as the
+list (no robust rules), IFCA's evidence the same pairs and cosines, the bounds kept in the
+state, and when each takes the list instead."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.evidence import SameModelSimilarity
 from coordinator.strategies.faacl import FAACL
 from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.fixed import FixedClusters
 from coordinator.strategies.ifca import IFCA
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, AggregationPolicy, Averaging
@@ -103,7 +104,7 @@ def test_a_streamed_update_of_another_model_is_refused() -> None:
     stream = strategy.open_stream(1)
     assert stream is not None
     stream.models["other"] = model(1)  # a stream that took an update FedAvg never sent
-    stream.add(FitResult("c00", "other", model(2), None, 5, 0.5, base=model(1)))
+    stream.add(FitResult(CLIENTS[0], "other", model(2), None, 5, 0.5, base=model(1)))
 
     with pytest.raises(ValueError, match="FedAvg has 'global' only"):
         strategy.aggregate_stream(1, stream, [])
@@ -193,3 +194,27 @@ def test_faacl_streams_under_sketches_and_keeps_bounds_of_its_live_models_only()
     assert strategy.stream_bounds_
     assert set(strategy.stream_bounds_) <= set(strategy.models)
     assert resumed.stream_bounds_ == strategy.stream_bounds_
+
+
+def test_fixed_clusters_stream_each_cluster_as_the_list_averages_it() -> None:
+    # Prepare: three given clusters, streamed and listed
+    assignment = {c: i % 3 for i, c in enumerate(CLIENTS)}
+    streamed = FixedClusters(fraction=1.0, assignment=assignment, streaming="on")
+    listed = FixedClusters(fraction=1.0, assignment=assignment, streaming="off")
+    for strategy in (streamed, listed):
+        strategy.initialize(CLIENTS, model)
+
+    # Execute
+    for server_round in (1, 2):
+        for strategy in (streamed, listed):
+            strategy.aggregate_round(server_round, trained(strategy, server_round, CHOICES), [])
+
+    # Assert: the same three models; a cluster's update from another cluster's client refused
+    assert streamed.open_stream(3) is not None
+    assert listed.open_stream(3) is None
+    assert set(streamed.stream_bounds_) == set(CHOICES.values())
+    for key, weights in listed.models.items():
+        np.testing.assert_allclose(streamed.models[key], weights, atol=1e-6)
+    wrong = trained(streamed, 3, {CLIENTS[0]: "cluster-1"})
+    with pytest.raises(ValueError, match="not its cluster's 'cluster-0'"):
+        streamed.aggregate_round(3, wrong, [])
