@@ -33,7 +33,7 @@ from coordinator.adapters.model_registry import (
     ServingTable,
 )
 from coordinator.adapters.mqtt_fleet import MqttFleet
-from coordinator.adapters.onnx_export import export_weights
+from coordinator.adapters.onnx_export import OnnxVerificationError, export_weights
 from coordinator.adapters.publisher import ModelPublisher, cluster_id
 from coordinator.engine.promotion import Decision, GateFigures, decide
 from faultfleet.tasks import EvaluateResult, EvaluateTask, Split
@@ -130,9 +130,19 @@ class ModelPromotion:
         clusters = dict(table.clusters)
         sent = 0
         spec = self.publisher.model
+        unpublished: set[str] = set()  # new model failed the ONNX check: nothing changes
         for cid, key in keys.items():
             # One cluster's ONNX model at a time: exported, kept, announced, let go.
-            exported = export_weights(models[key], spec.name, spec.sample_shape, spec.n_classes)
+            try:
+                exported = export_weights(models[key], spec.name, spec.sample_shape, spec.n_classes)
+            except OnnxVerificationError as error:
+                serving_now = table.clusters.get(cid)
+                kept = f"keeps v{serving_now.version}" if serving_now else "has no model yet"
+                logger.error(
+                    "cluster %s v%d not published: %s; the cluster %s", cid, version, error, kept
+                )
+                unpublished.add(cid)
+                continue
             entry = table.clusters.get(cid)
             gate = figures[cid]
             record = ModelRecord(
@@ -160,7 +170,8 @@ class ModelPromotion:
                 clusters[cid] = ServingEntry(version=version)
         agents = dict(table.agents)
         for agent, key in sorted(serving.items()):
-            agents[agent] = cluster_id(key)
+            if cluster_id(key) not in unpublished:  # else it keeps what it was assigned
+                agents[agent] = cluster_id(key)
         sent += self._settle(ServingTable(clusters=clusters, agents=agents), table)
         self.metrics.payload_sent_bytes.inc(sent)
         return sent

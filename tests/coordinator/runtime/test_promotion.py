@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.adapters.model_registry import ModelRegistry, Request
 from coordinator.adapters.mqtt_fleet import MqttFleet
-from coordinator.adapters.onnx_export import ExportedModel, export_weights
+from coordinator.adapters.onnx_export import ExportedModel, OnnxVerificationError, export_weights
 from coordinator.adapters.publisher import ModelPublisher
 from coordinator.runtime import promotion as promotion_module
 from coordinator.runtime.promotion import ModelPromotion
@@ -316,3 +316,35 @@ def test_a_model_is_announced_without_waiting_while_disconnected_or_after_a_slow
     assert recorder.events[-1][0] == "publish"  # the assignments after the model
     assert promotion.registry.serving().clusters["A"].version == 2
     assert "publishing the model anyway" in caplog.text
+
+
+def test_a_cluster_whose_model_fails_the_onnx_check_keeps_its_version_and_others_go_on(
+    setup: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: A and B serve v1; at v2, B's new model fails ONNX Runtime's check
+    promotion, recorder, fleet, _ = setup
+    serving = {"m00": "A", "m01": "B"}
+    first = {"A": _weights(0), "B": _weights(1)}
+    second = {"A": _weights(2), "B": _weights(3)}
+    fleet.accuracy = {_digest(w): 0.9 for w in [*first.values(), *second.values()]}
+    promotion.publish(1, 1, first, serving)
+    failing = _digest(second["B"])
+
+    def export_or_fail(weights: FloatArray, *args: Any, **kwargs: Any) -> ExportedModel:
+        if _digest(weights) == failing:
+            raise OnnxVerificationError("max |ORT - torch| 0.3 exceeds 1e-05")
+        return export_weights(weights, *args, **kwargs)
+
+    monkeypatch.setattr(promotion_module, "export_weights", export_or_fail)
+
+    # Execute
+    promotion.publish(2, 2, second, serving)
+
+    # Assert: A moved to v2, B kept v1 (no v2 registered), the error names the cluster
+    table = promotion.registry.serving()
+    assert (table.clusters["A"].version, table.clusters["B"].version) == (2, 1)
+    assert promotion.registry.versions("B") == [1]
+    assert recorder.assignments() == {"m00": 2, "m01": 1}
+    assert table.agents == {"m00": "A", "m01": "B"}
+    assert "cluster B v2 not published: max |ORT - torch| 0.3" in caplog.text
+    assert "the cluster keeps v1" in caplog.text
