@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -71,14 +71,17 @@ from coordinator.strategies.joining import grow_square, keep_square, most_served
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import FRACTION, Param
-from coordinator.strategies.robust import RoundTally
 from coordinator.strategies.sketch import sketch_cosine_matrix
 from coordinator.strategies.streaming import (
     FoldedRound,
     StreamBounds,
     StreamedUpdate,
     UpdateStream,
+    bounds_state,
     fold_all,
+    fold_averages,
+    load_bounds,
+    unit_sketches,
 )
 from faultfleet.tasks import Failure, FitResult
 from faultfleet.types import Float64Array, IntArray, ModelFactory
@@ -336,12 +339,10 @@ class CFL(Strategy):
         if updates and not self._has_split():
             whole_round = _sketch_cosines(updates)
             record_pairs(self.similarity_, [self._index(u.client_id) for u in updates], whole_round)
-        tally = RoundTally(server_round)
-        for index, key in enumerate([k for k in self.models_ if k in by_cluster]):
+        tested = [k for k in self.models_ if k in by_cluster]  # before a split changes models_
+        self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
+        for key in tested:
             members = by_cluster[key]
-            self.models_[key] = stream.average(key, index=index)
-            self.stream_bounds_[key] = stream.next_bounds(key)
-            tally = RoundTally(server_round, tally.averages + 1, tally.report + stream.report(key))
             mean_norm = stream.mean_update_norm(key)
             max_norm = max(u.norm for u in members)
             self.last_norms_[key] = (mean_norm, max_norm)
@@ -352,7 +353,6 @@ class CFL(Strategy):
                     # before the first split the one cluster is the round, in its order
                     cosines = partial(_same, whole_round)
                 self._test_split(key, clients, cosines, mean_norm, max_norm)
-        self.averaged_ = tally
 
     def _has_split(self) -> bool:
         """Whether any cluster has been split yet."""
@@ -454,7 +454,7 @@ class CFL(Strategy):
             "clusters": [self.clusters_[c] for c in self.client_ids_],
             "next_cluster_id": self.next_cluster_id_,
             "comparer": self.comparer_.state(),
-            "stream_bounds": {k: asdict(b) for k, b in self.stream_bounds_.items()},
+            "stream_bounds": bounds_state(self.stream_bounds_),
         }
         return meta, {"similarity": self.similarity_.copy()}
 
@@ -475,9 +475,7 @@ class CFL(Strategy):
         self.last_norms_ = {}
         self.last_splits_ = []
         self.last_shares_ = {}
-        self.stream_bounds_ = {
-            k: StreamBounds(**b) for k, b in meta.get("stream_bounds", {}).items()
-        }
+        self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))
         self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
 
 
@@ -487,7 +485,4 @@ def _same(matrix: Float64Array) -> Float64Array:
 
 def _sketch_cosines(updates: Sequence[StreamedUpdate]) -> Float64Array:
     """The cosines of streamed updates' unit sketches, shape (k, k)."""
-    sketches = [u.sketch for u in updates]
-    if any(s is None for s in sketches):
-        raise ValueError("a streamed update has no sketch")
-    return sketch_cosine_matrix([s for s in sketches if s is not None])
+    return sketch_cosine_matrix(unit_sketches(updates))

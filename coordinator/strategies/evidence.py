@@ -28,7 +28,7 @@ from coordinator.strategies.aggregate import cosine_similarity_matrix
 from coordinator.strategies.known_pairs import KnownPairs
 from coordinator.strategies.pair_memory import PairMemory, sample_pairs
 from coordinator.strategies.pairwise import UpdateComparer, sketch_pair_cosines
-from coordinator.strategies.streaming import StreamedUpdate
+from coordinator.strategies.streaming import StreamedUpdate, unit_sketches
 from faultfleet.tasks import FitResult
 from faultfleet.types import Float64Array, IntArray
 
@@ -244,10 +244,7 @@ class SameModelSimilarity:
         and the cosines :meth:`record` takes under sketches)."""
 
         def cosines(members: Sequence[StreamedUpdate], a: IntArray, b: IntArray) -> Float64Array:
-            sketches = [u.sketch for u in members]
-            if any(s is None for s in sketches):
-                raise ValueError("a streamed update has no sketch")
-            return sketch_pair_cosines([s for s in sketches if s is not None], a, b)
+            return sketch_pair_cosines(unit_sketches(members), a, b)
 
         self._record(server_round, updates, cosines)
 

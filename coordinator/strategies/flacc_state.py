@@ -9,14 +9,13 @@ clients (``merges`` in the metadata) and is read into a history of explicit merg
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from coordinator.strategies.evidence import Merge
 from coordinator.strategies.merge_history import MergeHistory
-from coordinator.strategies.streaming import StreamBounds
+from coordinator.strategies.streaming import bounds_state, load_bounds
 
 if TYPE_CHECKING:
     from coordinator.strategies.flacc import FLACC
@@ -40,7 +39,7 @@ def flacc_state(strategy: FLACC) -> tuple[JsonDict, dict[str, np.ndarray[Any, An
     meta["merge_history"] = history_meta
     arrays = {f"{MERGES}{k}": v for k, v in history_arrays.items()}
     if strategy.sketched_ is not None:
-        meta["stream_bounds"] = {k: asdict(b) for k, b in strategy.stream_bounds_.items()}
+        meta["stream_bounds"] = bounds_state(strategy.stream_bounds_)
         return meta, {**strategy.sketched_.arrays(), **arrays}
     return meta, {"alpha": strategy.alpha_.copy(), "tau": strategy.tau_.copy(), **arrays}
 
@@ -52,9 +51,7 @@ def load_flacc_state(
     m = len(strategy.client_ids_)
     if strategy.sketched_ is not None:
         strategy.sketched_.load(arrays)
-        strategy.stream_bounds_ = {
-            k: StreamBounds(**b) for k, b in meta.get("stream_bounds", {}).items()
-        }
+        strategy.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))
     else:
         alpha = np.array(arrays["alpha"], dtype=np.float64)
         tau = np.array(arrays["tau"], dtype=np.int64)

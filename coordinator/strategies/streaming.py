@@ -373,6 +373,20 @@ class UpdateStream:
         return lower_medians(self.updates(), key, self.bounds.get(key, StreamBounds()))
 
 
+def unit_sketches(updates: Sequence[StreamedUpdate]) -> list[FloatArray]:
+    """The kept unit sketches of streamed updates, in their order.
+
+    Raises
+    ------
+    ValueError
+        An update was folded without a sketcher.
+    """
+    sketches = [u.sketch for u in updates]
+    if any(s is None for s in sketches):
+        raise ValueError("a streamed update has no sketch")
+    return [s for s in sketches if s is not None]
+
+
 def changes_updates(policy: AggregationPolicy) -> bool:
     """Whether ``policy`` may change an update's weight or size (clipping, a weight cap,
     privacy): whether a stream's average can differ from the sample-weighted mean."""
