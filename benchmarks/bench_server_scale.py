@@ -7,12 +7,11 @@ Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 200
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
 (``pairwise = "sketch"`` against ``"exact"``): both take every agent's update in a round —
 FL+HC in its clustering round (round 1 here, no warm-up; round 2 is FedAvg per cluster),
-CFL every round (``criterion = "similarity"``, splits from round 1). FL+HC cannot stream
-(it averages its clusters once the labels are known), so it holds all N updates (N ×
-60,432 × 4 bytes: 2.4 GB at 10,000) and N²/2 distances whatever the comparison. CFL
-streams under sketches (each update folded into its cluster's sum as it arrives, as the
-coordinator does; its exact path takes the list), and holds the N × N cosines of its
-evidence and of the bipartition; sketches remove the n of the N²·n, not the N². Pick the
+CFL every round (``criterion = "similarity"``, splits from round 1). Both stream under
+sketches (each update folded into its model's sum as it arrives, as the coordinator does;
+their exact paths take the list: N × 60,432 × 4 bytes, 2.4 GB at 10,000), and hold N²/2
+distances (FL+HC's linkage) or the N × N cosines of the evidence and of CFL's
+bipartition; sketches remove the n of the N²·n, not the N². Pick the
 fleet sizes accordingly (``docs/federated.md`` gives how far they reached here);
 ``--rounds`` is capped at 2 for FL+HC.
 

@@ -19,8 +19,9 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
   from in that round. All other rounds sample ``fraction`` of the clients.
 - The clustering round's updates both define the clusters and train them: each cluster's
   model becomes the sample-weighted mean of its members' weights of that round, i.e. the
-  global model moved by the weighted mean of the members' Δθ. Nothing is trained twice and
-  no update is thrown away.
+  global model moved by the weighted mean of the members' Δθ (streaming, under sketches:
+  the global model moved by the mean of all of them; see ``pairwise``). Nothing is trained
+  twice and no update is thrown away.
 - Two clients end in one cluster when the dendrogram joins them at a height ≤
   ``distance_threshold`` (scipy's ``fcluster(criterion="distance")``); with
   ``distance_threshold=None`` the height is read from the dendrogram itself, in the
@@ -36,12 +37,19 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
   ``linkage="ward"`` requires ``metric="euclidean"``; ``average``, ``complete`` and
   ``single`` accept either metric.
 - ``pairwise`` (:mod:`.pairwise`; exact below 1,000 clients by default): under
-  ``"sketch"`` the dendrogram is built on count sketches of the updates — Euclidean
-  distances between sketches estimate those between updates within 1 ± ε, as the sketch
-  is linear, and Ward's centroid distances follow from them — and the evidence cosines
-  too. The clustering round still holds every answer (its clusters are averaged once the
-  labels are known) and a k × k distance matrix: memory k·n for the updates and k²/2
-  distances, whatever the comparison.
+  ``"sketch"`` every round *streams* (:meth:`FLHC.open_stream`, :mod:`.streaming`): each
+  update is folded into its model's running sum as it arrives and only its norm and unit
+  count sketch are kept. The dendrogram is built on the rows ‖Δθ_i‖·S·Δθ_i/‖S·Δθ_i‖ (the
+  exact norm, the sketched direction), whose Euclidean distances
+  √(‖a‖² + ‖b‖² − 2‖a‖‖b‖·cos) differ from the updates' only through the cosine, within
+  the JL bound's ε; Ward's centroid distances follow from them, and the evidence cosines
+  are the sketches'. Streaming, the clustering round's updates are not held until the
+  labels are known, so they cannot average each cluster over its members: they train the
+  global model (one FedAvg step over every answering client), and every cluster starts
+  from that model, as in the paper, where the clusters are trained on from the global
+  model; the exact path keeps the member averages (below). Memory: d numbers per update
+  and the k²/2 distances of the linkage (k answering clients), plus one running sum per
+  model; exactly, k·n for the updates.
 - Clusters are keyed ``"cluster-k"``, k numbering clusters in order of their first client
   (registration order).
 - Clients that did not answer in the clustering round (offline or failed) stay on the
@@ -58,7 +66,8 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -80,9 +89,20 @@ from coordinator.strategies.joining import grow_square, keep_square, most_served
 from coordinator.strategies.keys import GLOBAL, cluster_key
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.sketch import sketch_cosine_matrix
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    StreamedUpdate,
+    UpdateStream,
+    bounds_state,
+    fold_all,
+    fold_averages,
+    load_bounds,
+)
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
-from faultfleet.types import Float64Array, ModelFactory
+from faultfleet.types import Float64Array, FloatArray, ModelFactory
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +132,8 @@ class FLHC(Strategy):
         answer it (the evidence of cluster quality).
     weakest_ : dict of str to float
         Per cluster key, the height of the highest merge inside the cluster.
+    stream_bounds_ : dict of str to StreamBounds
+        The medians a streamed round's robust rules measure against (the last round's).
     """
 
     name: ClassVar[str] = "flhc"
@@ -205,6 +227,7 @@ class FLHC(Strategy):
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
         self.weakest_: dict[str, float] = {}
+        self.stream_bounds_: dict[str, StreamBounds] = {}
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
@@ -257,17 +280,22 @@ class FLHC(Strategy):
             raise KeyError(f"unknown client {client_id!r}")
         return self.clusters_.get(client_id, GLOBAL)
 
+    def _check_key(self, client_id: str, model_key: str) -> None:
+        expected = self.model_key_for(client_id)
+        if model_key != expected:
+            raise ValueError(f"client {client_id!r} trained {model_key!r}, expected {expected!r}")
+
     def _aggregate(
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
         if len({r.client_id for r in results}) != len(results):
             raise ValueError("a client answered more than once in one round")
         for r in results:
-            expected = self.model_key_for(r.client_id)
-            if r.model_key != expected:
-                raise ValueError(
-                    f"client {r.client_id!r} trained {r.model_key!r}, expected {expected!r}"
-                )
+            self._check_key(r.client_id, r.model_key)
+        stream = self.open_stream(server_round)
+        if stream is not None:  # sketch mode: the same streaming path as a live round
+            self._aggregate_stream(server_round, fold_all(stream, results))
+            return
         self.last_heights_ = None
         if results and self.is_clustering_round(server_round):
             self._cluster(server_round, results)
@@ -280,9 +308,41 @@ class FLHC(Strategy):
 
     def _cluster(self, server_round: int, results: Sequence[FitResult]) -> None:
         """Cluster the answering clients by their updates; each cluster averages its members."""
-        rows = self.comparer_.rows([r.delta for r in results])  # the updates or sketches
-        sketched = self.comparer_.sketcher is not None
-        tree = linkage_tree(rows, linkage_name=self.linkage, metric=self.metric, gram=sketched)
+        clients = [r.client_id for r in results]
+        sketcher = self.comparer_.sketcher
+        if sketcher is None:
+            rows = np.stack([np.asarray(r.delta, dtype=np.float64) for r in results])
+            labels = self._settle(
+                server_round, clients, rows, lambda: cosine_similarity_matrix(list(rows))
+            )
+        else:  # sketches under a trimmed mean, which takes the list
+            deltas = [np.asarray(r.delta, dtype=np.float32) for r in results]
+            labels = self._settle_sketched(
+                server_round,
+                clients,
+                np.stack([sketcher.unit_sketch(d) for d in deltas]),
+                np.array([math.sqrt(max(float(np.dot(d, d)), 0.0)) for d in deltas]),
+            )
+        for position in range(int(labels.max()) + 1):
+            members = [r for r, label in zip(results, labels, strict=True) if label == position]
+            self.models_[cluster_key(position)] = self._average(members)
+        if len(self.clusters_) == len(self.client_ids_):
+            del self.models_[GLOBAL]
+
+    def _settle(
+        self,
+        server_round: int,
+        clients: Sequence[str],
+        rows: Float64Array,
+        cosines: Callable[[], Float64Array],
+        *,
+        gram: bool = False,
+    ) -> np.ndarray[Any, np.dtype[np.intp]]:
+        """Cut the dendrogram of ``rows`` (one per client of ``clients``), assign every one
+        of them its cluster key and record the evidence, the k × k matrix ``cosines()``
+        returns (made once the linkage's distances are gone); returns the labels, 0-based,
+        in the order of ``clients``."""
+        tree = linkage_tree(rows, linkage_name=self.linkage, metric=self.metric, gram=gram)
         heights = np.asarray(tree[:, 2], dtype=np.float64)
         if self.distance_threshold is None:
             cut = largest_gap_cut(
@@ -290,29 +350,87 @@ class FLHC(Strategy):
             )
         else:
             cut = float(self.distance_threshold)
-        labels = flat_labels(tree, cut, len(results))
-        cosine = cosine_similarity_matrix(list(rows))
+        labels = flat_labels(tree, cut, len(clients))
+        cosine = cosines()
         np.fill_diagonal(cosine, np.nan)
-        where = np.array([self._index(r.client_id) for r in results], dtype=np.intp)
-        self.similarity_[np.ix_(where, where)] = cosine
+        where = np.array([self._index(c) for c in clients], dtype=np.intp)
+        if np.array_equal(where, np.arange(len(self.client_ids_))):
+            self.similarity_ = cosine  # every client, in order: no second k × k array
+        else:
+            self.similarity_[np.ix_(where, where)] = cosine
         self.weakest_ = {cluster_key(k): h for k, h in weakest_heights(tree, labels).items()}
         self.cut_ = cut
-        for position in range(int(labels.max()) + 1):
-            members = [r for r, label in zip(results, labels, strict=True) if label == position]
-            self.models_[cluster_key(position)] = self._average(members)
-            for r in members:
-                self.clusters_[r.client_id] = cluster_key(position)
-        if len(self.clusters_) == len(self.client_ids_):
-            del self.models_[GLOBAL]
+        for client, label in zip(clients, labels, strict=True):
+            self.clusters_[client] = cluster_key(int(label))
         self.clustered_ = True
         self.last_heights_ = heights
         logger.debug(
             "round %d: %d clients in %d clusters, %d unclustered",
             server_round,
-            len(results),
+            len(clients),
             int(labels.max()) + 1,
             len(self.client_ids_) - len(self.clusters_),
         )
+        return labels
+
+    def _settle_sketched(
+        self, server_round: int, clients: Sequence[str], units: FloatArray, norms: Float64Array
+    ) -> np.ndarray[Any, np.dtype[np.intp]]:
+        """:meth:`_settle` on the unit sketches ``units`` (k, d) scaled by the updates' norms."""
+        rows = units.astype(np.float64) * norms[:, None]
+        return self._settle(
+            server_round, clients, rows, lambda: sketch_cosine_matrix(units), gram=True
+        )
+
+    # -- streaming (pairwise sketch) -------------------------------------------------------
+
+    def open_stream(self, server_round: int) -> UpdateStream | None:
+        """Under sketches, a stream folding the round's updates into their models' running
+        sums as they arrive (:mod:`.streaming`), keeping of each update its norm and unit
+        sketch, all the dendrogram and the evidence read. None under exact distances, which
+        need the updates, and under a trimmed mean, which needs them all at once: those
+        take the list."""
+        sketcher = self.comparer_.sketcher
+        if sketcher is None:
+            return None
+        return self._stream(server_round, self.stream_bounds_, sketcher)
+
+    def aggregate_stream(
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
+    ) -> None:
+        """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
+        updates = stream.updates()
+        if len({u.client_id for u in updates}) != len(updates):
+            raise ValueError("a client answered more than once in one round")
+        for u in updates:
+            if u.client_id not in self.client_index_:
+                raise ValueError(f"result from unknown client {u.client_id!r}")
+            self._check_key(u.client_id, u.model_key)
+        self._aggregate_stream(server_round, stream)
+
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
+        """Each model the average of its folded updates; in the clustering round the
+        clusters from the sketches (in client order), each starting from the new global
+        model with its medians."""
+        self.last_heights_ = None
+        updates = sorted(stream.updates(), key=lambda u: self._index(u.client_id))
+        clustering = bool(updates) and self.is_clustering_round(server_round)
+        self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
+        if not clustering:
+            return
+        labels = self._settle_sketched(
+            server_round,
+            [u.client_id for u in updates],
+            np.stack([_unit_sketch(u) for u in updates]),
+            np.array([u.norm for u in updates]),
+        )
+        start, bounds = self.models_[GLOBAL], self.stream_bounds_.get(GLOBAL, StreamBounds())
+        for position in range(int(labels.max()) + 1):
+            self.models_[cluster_key(position)] = start.copy()
+            self.stream_bounds_[cluster_key(position)] = bounds
+        if len(self.clusters_) == len(self.client_ids_):
+            del self.models_[GLOBAL]
+            self.stream_bounds_.pop(GLOBAL, None)
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -362,6 +480,7 @@ class FLHC(Strategy):
             "cut": self.cut_,
             "weakest": dict(self.weakest_),
             "comparer": self.comparer_.state(),
+            "stream_bounds": bounds_state(self.stream_bounds_),
         }
         return meta, {"similarity": self.similarity_.copy()}
 
@@ -391,3 +510,10 @@ class FLHC(Strategy):
         self.similarity_ = (
             np.full((m, m), np.nan) if saved is None else np.array(saved, dtype=np.float64)
         )
+        self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))
+
+
+def _unit_sketch(update: StreamedUpdate) -> FloatArray:
+    if update.sketch is None:
+        raise ValueError(f"the update of {update.client_id!r} was folded without a sketch")
+    return update.sketch

@@ -75,7 +75,7 @@ def linkage_tree(
 ) -> Float64Array:
     """scipy's linkage matrix, shape (m − 1, 4), of the updates (:func:`hierarchical_clusters`).
 
-    ``updates`` may be sketches of the updates (:meth:`~.pairwise.UpdateComparer.rows`).
+    ``updates`` may be sketches of the updates (FL+HC's streamed rounds).
     ``gram=True`` takes Euclidean distances from the Gram matrix,
     √(‖a‖² + ‖b‖² − 2⟨a, b⟩), one matrix product instead of scipy's ``pdist`` loop (tens
     of times faster for thousands of rows, equal up to rounding): FL+HC uses it on

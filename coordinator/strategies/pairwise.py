@@ -155,17 +155,6 @@ class UpdateComparer:
             return cosine_similarity_matrix(updates)
         return sketch_cosine_matrix([self.sketcher.unit_sketch(u) for u in updates])
 
-    def rows(self, updates: Sequence[FloatArray]) -> Float64Array:
-        """The updates as rows to measure, shape (k, d), float64: the updates themselves
-        (exact, d = n_params) or their sketches S·Δθ (not normalised, so that Euclidean
-        distances, norms and cosines between rows estimate those between updates)."""
-        if len(updates) == 0:
-            return np.zeros((0, 0))
-        if self.sketcher is None:
-            return np.stack([np.asarray(u, dtype=np.float64) for u in updates])
-        sketcher = self.sketcher
-        return np.stack([sketcher.sketch(u) for u in updates]).astype(np.float64)
-
     def pair_cosines(
         self, updates: Sequence[FloatArray], first: IntArray, second: IntArray
     ) -> Float64Array:
