@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from coordinator.adapters.answer_workers import AnswerWorkers
 from coordinator.adapters.byte_budget import ANSWER_BUDGET_BYTES, ByteBudget
 from coordinator.adapters.journal import RoundJournal
 from coordinator.adapters.journal_writer import Entry, JournalWriter
+from coordinator.adapters.metrics.ingest_worker import IngestWorkerMetrics
 from coordinator.adapters.round_tasks import decoded_update
 from coordinator.strategies.robust import AggregationPolicy
 from coordinator.strategies.sketch import UpdateSketcher
@@ -109,6 +111,8 @@ class IngestWorker:
         Bytes of received messages held between arriving and being refused, forwarded or
         journaled and folded, before the network thread waits to take the next one
         (:data:`~coordinator.adapters.byte_budget.ANSWER_BUDGET_BYTES` by default).
+    metrics : IngestWorkerMetrics, optional
+        Where the worker counts what it does; a fresh set when None.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class IngestWorker:
         check_threads: int = 2,
         share_group: str = SHARE_GROUP,
         max_held_bytes: int = ANSWER_BUDGET_BYTES,
+        metrics: IngestWorkerMetrics | None = None,
     ) -> None:
         self.connection = connection
         self.topics = topics
@@ -130,7 +135,8 @@ class IngestWorker:
         self.share_group = share_group
         self.counts: Counter[str] = Counter()
         """Messages by outcome: ``accepted``, ``forwarded`` (not fit updates) and the rejection
-        reasons."""
+        reasons (as :attr:`metrics` counts them)."""
+        self.metrics = metrics or IngestWorkerMetrics()
         self._lock = threading.Lock()
         self._plan: IngestPlan | None = None
         self._stream: UpdateStream | None = None
@@ -140,6 +146,7 @@ class IngestWorker:
         self._journal = journal
         self.held = ByteBudget(max_held_bytes)
         """The received messages' bytes not yet refused, forwarded or journaled."""
+        self.metrics.answers_held_bytes.set_function(lambda: float(self.held.held))
         self._writer: JournalWriter[_Accepted] = JournalWriter(
             journal, written=self._journaled, failed=self._unwritten, entry=_entry
         )
@@ -187,6 +194,7 @@ class IngestWorker:
             self._plan, self._stream, self._seen = plan, stream, set()
             self._closed, self._retracted = False, set()
         self._journal.begin(plan.server_round, [])
+        self.metrics.round.set(plan.server_round)
         ready = IngestReady(
             run_id=plan.run_id, server_round=plan.server_round, worker_id=self.worker_id
         )
@@ -222,6 +230,7 @@ class IngestWorker:
             )
             body = encode_tensors({"mean": mean}, FLOAT32)
             self.connection.publish(self._summaries(), encode_frame(message, body))
+            self.metrics.partial_sums.inc()
         self._writer.start()
         self._workers.start()
 
@@ -243,7 +252,7 @@ class IngestWorker:
             assert isinstance(answer, FitUpdateMessage)  # journaled after the checks
             result = _fit_result(answer, body, plan, stream, max_bytes=len(payload), copy=True)
             stream.retract(result)
-            self.counts["retracted"] += 1
+            self._count("retracted")
 
     # -- updates ---------------------------------------------------------------------------
 
@@ -251,7 +260,10 @@ class IngestWorker:
         """Network thread: queue a message for the checking thread of its agent, once the
         messages held leave room for it (:attr:`held`)."""
         agent = self.topics.agent_of(topic) or topic
-        self.held.take(len(payload))
+        if not self.held.take(len(payload), timeout_s=0):  # full: wait for the journal
+            started = time.monotonic()
+            self.held.take(len(payload))
+            self.metrics.answers_backpressure_seconds.inc(time.monotonic() - started)
         self._workers.call(agent, lambda: self._check_held(topic, payload))
 
     def _check_held(self, topic: str, payload: bytes) -> None:
@@ -275,7 +287,7 @@ class IngestWorker:
         try:
             accepted = self._check(topic, payload, held=held)
         except WireError as error:
-            self.counts[str(error.reason)] += 1
+            self._count(str(error.reason))
             logger.info(
                 "ingest worker %s refused %s (%s): %s", self.worker_id, topic, error.reason, error
             )
@@ -319,7 +331,7 @@ class IngestWorker:
         if agent is None:
             raise WireError(RejectReason.UNKNOWN_TASK, f"an answer on {topic}")
         self.connection.publish(self.topics.forwarded_answer(self.worker_id, agent), payload)
-        self.counts["forwarded"] += 1
+        self._count("forwarded")
 
     def _forward(self, batch: Sequence[_Accepted]) -> None:
         """Writer thread: fold the journaled updates and send their summaries."""
@@ -331,7 +343,7 @@ class IngestWorker:
             try:
                 folded = stream.add(accepted.result)
             except ValueError as error:  # a second task of one agent and model
-                self.counts["unfolded"] += 1
+                self._count("unfolded")
                 logger.warning("ingest worker %s: %s", self.worker_id, error)
                 continue
             assert folded.sketch is not None
@@ -349,7 +361,7 @@ class IngestWorker:
             )
             body = encode_tensors({"sketch": folded.sketch}, FLOAT32)
             self.connection.publish(self._summaries(), encode_frame(summary, body))
-            self.counts["accepted"] += 1
+            self._count("accepted")
 
     def _journaled(self, batch: Sequence[_Accepted]) -> None:
         """Writer thread: fold and summarise the journaled updates, then give back the
@@ -362,11 +374,15 @@ class IngestWorker:
     def _unwritten(self, batch: Sequence[_Accepted]) -> None:
         """Writer thread: count the updates the journal could not write; give back their
         bytes."""
-        self.counts["unjournaled"] += len(batch)
+        self._count("unjournaled", len(batch))
         self._give_back(batch)
 
     def _give_back(self, batch: Sequence[_Accepted]) -> None:
         self.held.give_back(sum(len(a.payload) for a in batch if a.held))
+
+    def _count(self, outcome: str, n: int = 1) -> None:
+        self.counts[outcome] += n
+        self.metrics.count(outcome, n)
 
     def _summaries(self) -> str:
         return self.topics.ingest_summaries(self.worker_id)

@@ -16,6 +16,7 @@ from typing import Literal
 
 from coordinator.adapters.ingest_worker import IngestWorker
 from coordinator.adapters.journal import RoundJournal
+from coordinator.adapters.metrics.ingest_worker import IngestWorkerMetrics
 from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from faultfleet.wire.dispatch import Will
 from faultfleet.wire.ingest_messages import IngestWorkerStatus
@@ -31,10 +32,15 @@ class IngestWorkerService:
     Parameters
     ----------
     settings : IngestWorkerSettings
+    metrics : IngestWorkerMetrics, optional
+        Where the worker counts what it does (served by the caller); a fresh set when None.
     """
 
-    def __init__(self, settings: IngestWorkerSettings) -> None:
+    def __init__(
+        self, settings: IngestWorkerSettings, metrics: IngestWorkerMetrics | None = None
+    ) -> None:
         self.settings = settings
+        self.metrics = metrics or IngestWorkerMetrics()
         topics = Topics(settings.broker.topic_root)
         self._status_topic = topics.ingest_status(settings.worker_id)
         self.connection = MqttConnection(
@@ -52,6 +58,7 @@ class IngestWorkerService:
             max_payload_bytes=settings.broker.max_payload_bytes,
             check_threads=settings.check_threads,
             share_group=settings.share_group,
+            metrics=self.metrics,
         )
 
     def _status(self, state: Literal["online", "offline"]) -> bytes:
@@ -59,6 +66,7 @@ class IngestWorkerService:
         return status.model_dump_json().encode()
 
     def _connection_changed(self, connected: bool) -> None:
+        self.metrics.broker_connected.set(1 if connected else 0)
         if connected:
             self.connection.publish(self._status_topic, self._status("online"), retain=True)
 

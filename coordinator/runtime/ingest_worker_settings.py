@@ -15,7 +15,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from coordinator.adapters.ingest_worker import SHARE_GROUP
-from faultfleet.wire.settings import BrokerSettings, FileSettings
+from faultfleet.wire.settings import BrokerSettings, FileSettings, MetricsSettings
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
@@ -36,3 +36,5 @@ class IngestWorkerSettings(FileSettings):
     share_group: Name = SHARE_GROUP
     """The shared subscription's group: the same for every worker of one coordinator."""
     broker: BrokerSettings = BrokerSettings()
+    metrics: MetricsSettings = MetricsSettings(port=9402)
+    """The worker's ``/metrics`` endpoint; give each worker of one host its own port (0: off)."""

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from coordinator.adapters.metrics.ingest_worker import IngestWorkerMetrics
 from coordinator.runtime.ingest_service import IngestWorkerService
 from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
+from faultfleet.metrics_http import serve_metrics
 from faultfleet.wire.settings import load_settings
 from faultfleet_apps.cli.runtime import stop_on_signals
 
@@ -27,14 +29,28 @@ def add_ingest_command(commands: Any) -> None:
     )
     parser.add_argument("--config", type=Path, required=True, help="ingest worker TOML file")
     parser.add_argument("--worker-id", help="overrides worker_id of the file")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="overrides metrics.port of the file (9402 by default; one port per worker of a "
+        "host; 0 switches the endpoint off)",
+    )
     parser.set_defaults(handler=run_ingest_worker)
 
 
 def run_ingest_worker(args: argparse.Namespace) -> int:
     """``faultfleet ingest-worker``."""
-    overrides = {"worker_id": args.worker_id} if args.worker_id else {}
+    overrides: dict[str, Any] = {"worker_id": args.worker_id} if args.worker_id else {}
+    if args.metrics_port is not None:
+        overrides["metrics"] = {"port": args.metrics_port}
     settings = load_settings(IngestWorkerSettings, args.config, **overrides)
-    service = IngestWorkerService(settings)
-    with stop_on_signals() as stop:
-        service.run(stop)
+    metrics = IngestWorkerMetrics()
+    server = serve_metrics(settings.metrics, metrics.registry)
+    try:
+        service = IngestWorkerService(settings, metrics)
+        with stop_on_signals() as stop:
+            service.run(stop)
+    finally:
+        if server is not None:
+            server.stop()
     return 0

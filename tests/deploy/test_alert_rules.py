@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.adapters.metrics.ingest_worker import IngestWorkerMetrics
 from edge_agent.metrics import AgentMetrics
 from tests.faultfleet.scrape import all_types
 
@@ -106,8 +107,10 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
 
 def test_the_rules_watch_only_metrics_the_services_export() -> None:
     # Prepare: the families a real scrape of each service's registry holds
-    exported = set(all_types(CoordinatorMetrics().registry)) | set(
-        all_types(AgentMetrics(class_names=["a"]).registry)
+    exported = (
+        set(all_types(CoordinatorMetrics().registry))
+        | set(all_types(AgentMetrics(class_names=["a"]).registry))
+        | set(all_types(IngestWorkerMetrics().registry))
     )
 
     # Execute

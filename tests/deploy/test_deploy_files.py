@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from coordinator.adapters.metrics import CoordinatorMetrics
+from coordinator.adapters.metrics.ingest_worker import IngestWorkerMetrics
+from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from coordinator.runtime.settings import CoordinatorSettings
 from edge_agent.metrics import AgentMetrics
 from edge_agent.settings import AgentSettings
@@ -35,6 +38,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = {
     "coordinator": DEPLOY / "systemd" / "faultfleet-coordinator.service",
     "agent": DEPLOY / "systemd" / "faultfleet-agent@.service",
+    "ingest-worker": DEPLOY / "systemd" / "faultfleet-ingest@.service",
 }
 HARDENING = {
     "User": "faultfleet",
@@ -73,6 +77,7 @@ def _settings_keys(model: type[BaseModel]) -> dict[str, set[str]]:
 SETTINGS_KEYS: dict[str, dict[str, set[str]]] = {
     "coordinator": _settings_keys(CoordinatorSettings),
     "agent": _settings_keys(AgentSettings),
+    "ingest": _settings_keys(IngestWorkerSettings),
     "status": _settings_keys(StatusSettings),
 }
 
@@ -125,7 +130,7 @@ def test_unit_writes_only_its_state_directory(name: str) -> None:
     assert writable[0] == state_dir
     assert settings["WorkingDirectory"] == state_dir
     # the agent may also write its recordings folder, and only that ("-": if it exists)
-    assert writable[1:] == ([] if name == "coordinator" else ["-/srv/recordings/%i"])
+    assert writable[1:] == (["-/srv/recordings/%i"] if name == "agent" else [])
     assert settings["EnvironmentFile"].startswith("-/etc/faultfleet/")
 
 
@@ -134,6 +139,7 @@ def test_unit_writes_only_its_state_directory(name: str) -> None:
     [
         ("coordinator", "/etc/faultfleet/coordinator.toml"),
         ("agent", "/etc/faultfleet/agent-m07.toml"),
+        ("ingest-worker", "/etc/faultfleet/ingest.toml"),
     ],
 )
 def test_unit_runs_the_real_cli_subcommand(name: str, config: str) -> None:
@@ -205,6 +211,20 @@ def test_example_agent_config_matches_its_unit_and_acl() -> None:
     assert coordinator["state_dir"] == "/var/lib/" + service("coordinator")["StateDirectory"]
     assert coordinator["broker"]["username"] == "coordinator"
     assert (coordinator["metrics"]["port"], agent["metrics"]["port"]) == (9400, 9401)
+
+
+def test_example_ingest_config_matches_its_unit_and_acl() -> None:
+    # Execute
+    ingest = tomllib.loads((DEPLOY / "config" / "ingest.toml").read_text(encoding="utf-8"))
+    args = build_parser().parse_args(shlex.split(service("ingest-worker")["ExecStart"])[1:])
+
+    # Assert: the ACL's account, the unit's state directory, the instance as worker id
+    assert ingest["broker"]["username"] == "ingest"
+    assert "user ingest\n" in (DEPLOY / "mosquitto" / "faultfleet.acl").read_text("utf-8")
+    assert ingest["state_dir"] == "/var/lib/" + service("ingest-worker")["StateDirectory"]
+    assert args.worker_id == "%i"
+    assert ingest["metrics"]["port"] == IngestWorkerSettings.model_fields["metrics"].default.port
+    assert ingest["metrics"]["port"] == 9402
 
 
 def test_acl_names_exactly_the_agent_topics_of_the_topic_tree() -> None:
@@ -280,6 +300,11 @@ def test_prometheus_scrapes_the_default_metrics_ports() -> None:
     assert re.search(
         r"job_name: faultfleet-agents\n(.*\n){1,6}.*targets: \[\"[^\"]+:9401\"\]", text
     )
+    # ingest workers only from files: none by default, so a plant without any alerts nothing
+    jobs = {job["job_name"]: job for job in yaml.safe_load(text)["scrape_configs"]}
+    assert "static_configs" not in jobs["faultfleet-ingest"]
+    assert jobs["faultfleet-ingest"]["file_sd_configs"]
+    assert re.search(r"targets: \[\"[^\"]+:9402\"\]", text)
 
 
 def dashboard() -> dict[str, Any]:
@@ -321,7 +346,11 @@ PROMETHEUS_SERIES = {"up", "ALERTS"}
 
 def test_dashboard_plots_every_metric_and_only_metrics_that_exist() -> None:
     # Prepare: a real scrape of each service's registry (the process collectors included)
-    registries = (CoordinatorMetrics().registry, AgentMetrics(class_names=["a"]).registry)
+    registries = (
+        CoordinatorMetrics().registry,
+        AgentMetrics(class_names=["a"]).registry,
+        IngestWorkerMetrics().registry,
+    )
     exposed = {name for registry in registries for name, _ in samples(registry)}
     metrics = {name for registry in registries for name in exposed_types(registry)}
 

@@ -126,6 +126,9 @@ def test_fit_rounds_through_two_ingest_workers_cluster_as_one_process_does(
     with ingest_workers(broker_settings, tmp_path / "ingest") as workers:
         # Execute: three FLACC rounds through the workers, each evaluated
         summary, strategy, metrics = run_coordinator(broker_settings, tmp_path / "driven", WORKERS)
+        connected = [
+            sample_value(w.metrics.registry, "faultfleet_broker_connected") for w in workers
+        ]
     # ... and the same run ingested by the coordinator itself
     _, reference, _ = run_coordinator(broker_settings, tmp_path / "single", ())
 
@@ -141,6 +144,16 @@ def test_fit_rounds_through_two_ingest_workers_cluster_as_one_process_does(
     )
     assert summary.server_round == ROUNDS
     assert summary.rounds_retried == 0
+    # ... as each worker's metrics say, with every message's bytes given back
+    assert connected == [1.0, 1.0]
+    for worker, count in zip(workers, counts, strict=True):
+        own = worker.metrics.registry
+        for outcome in ("accepted", "forwarded", "retracted"):
+            labels = {"outcome": outcome}
+            assert sample_value(own, "faultfleet_ingest_messages_total", labels) == count[outcome]
+        assert sample_value(own, "faultfleet_ingest_round") == ROUNDS
+        assert sample_value(own, "faultfleet_ingest_partial_sums_total") >= ROUNDS
+        assert sample_value(own, "faultfleet_answers_held_bytes") == 0
     # ... the evaluations came back through the workers
     assert sum(c["forwarded"] for c in counts) >= ROUNDS * len(GROUPS)
     assert summary.accuracy_by_agent == dict.fromkeys(GROUPS, 0.5)

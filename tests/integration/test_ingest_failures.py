@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.adapters.metrics import CoordinatorMetrics
 from coordinator.engine.state import load_state
@@ -36,6 +38,7 @@ from coordinator.strategies.registry import make_strategy
 from faultfleet.wire.codec import split_frame
 from faultfleet.wire.messages import FitTaskMessage
 from faultfleet.wire.settings import BrokerSettings
+from faultfleet_apps.brokers.launch import free_port
 
 from .services import (
     CoordinatorThread,
@@ -103,18 +106,40 @@ def summarised(recorder: Recorder, worker: str, server_round: int) -> list[str]:
     ]
 
 
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value of every sample ``port``'s /metrics serves."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 @contextmanager
 def worker_processes(
     broker: BrokerSettings, tmp_path: Path, recorder: Recorder
-) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    """``faultfleet ingest-worker`` for each of :data:`WORKERS`, online; killed on exit."""
+) -> Iterator[tuple[dict[str, subprocess.Popen[bytes]], dict[str, int]]]:
+    """``faultfleet ingest-worker`` for each of :data:`WORKERS`, online, one file for both
+    and a metrics port each; the processes and their ports. Killed on exit."""
     config = write_toml(
         tmp_path / "ingest.toml",
-        {"worker_id": WORKERS[0], "state_dir": tmp_path / "ingest", "broker": broker_table(broker)},
+        {
+            "worker_id": WORKERS[0],
+            "state_dir": tmp_path / "ingest",
+            "broker": broker_table(broker),
+            "metrics": {"host": "127.0.0.1"},
+        },
     )
+    ports = {w: free_port() for w in WORKERS}
     processes = {
         w: start_cli(
-            ["ingest-worker", "--config", str(config), "--worker-id", w], tmp_path / f"{w}.log"
+            [
+                *("ingest-worker", "--config", str(config), "--worker-id", w),
+                *("--metrics-port", str(ports[w])),
+            ],
+            tmp_path / f"{w}.log",
         )
         for w in WORKERS
     }
@@ -122,7 +147,7 @@ def worker_processes(
         for worker, process in processes.items():
             wait_until(partial(_up, recorder, worker, process), 120, f"{worker} online")
             assert process.poll() is None, (tmp_path / f"{worker}.log").read_text()
-        yield processes
+        yield processes, ports
     finally:
         for process in processes.values():
             kill(process)
@@ -135,7 +160,7 @@ def test_a_worker_killed_mid_round_loses_no_update_and_the_run_goes_on_without_i
     # Prepare: two worker processes; a coordinator whose round 2 waits for a1 and a3
     held: set[str] = set()
     metrics = CoordinatorMetrics(CollectorRegistry())
-    with worker_processes(broker_settings, tmp_path, recorder) as workers:
+    with worker_processes(broker_settings, tmp_path, recorder) as (workers, ports):
         agents = TwoGroups(broker_settings, GROUPS, policy=hold_round_2(held))
         service = CoordinatorService(settings(broker_settings, tmp_path / "c", WORKERS), metrics)
         coordinator = CoordinatorThread(service)
@@ -157,6 +182,8 @@ def test_a_worker_killed_mid_round_loses_no_update_and_the_run_goes_on_without_i
             kill(workers[victim])
             summary = coordinator.result(240)
             survivor_alive = all(p.poll() is None for w, p in workers.items() if w != victim)
+            (survivor,) = [w for w in WORKERS if w != victim]
+            served = scrape(ports[survivor])
         finally:
             coordinator.close()
             agents.stop()
@@ -168,6 +195,10 @@ def test_a_worker_killed_mid_round_loses_no_update_and_the_run_goes_on_without_i
     registry = metrics.registry
     assert lost
     assert survivor_alive
+    # ... the survivor's own endpoint, on the port given on its command line, says so too
+    assert served[("faultfleet_broker_connected", ())] == 1
+    assert served[("faultfleet_ingest_messages_total", (("outcome", "accepted"),))] > 0
+    assert served[("faultfleet_ingest_round", ())] == ROUNDS
     assert summary.server_round == ROUNDS
     assert summary.rounds_retried == 0
     assert sample_value(registry, "faultfleet_updates_received_total") == ROUNDS * len(GROUPS)

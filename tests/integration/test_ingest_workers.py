@@ -106,6 +106,18 @@ def test_two_workers_share_the_updates_and_their_sums_merge_exactly(
     assert sum(accepted) == len(AGENTS)
     assert min(accepted) > 0
     assert sum(w.counts["retracted"] + w.counts["duplicate"] for w in workers) == 1
+    # ... as the workers' metrics count them: the duplicate refused by reason, or retracted
+    for worker in workers:
+        registry = worker.metrics.registry
+        messages = "faultfleet_ingest_messages_total"
+        for outcome in ("accepted", "retracted"):
+            counted = registry.get_sample_value(messages, {"outcome": outcome})
+            assert counted == worker.counts[outcome]
+        rejected = registry.get_sample_value(
+            "faultfleet_updates_rejected_total", {"reason": "duplicate"}
+        )
+        assert rejected == worker.counts["duplicate"]
+        assert registry.get_sample_value("faultfleet_ingest_round") == 3
     assert journaled[0] | journaled[1] == {f"t{i:03d}" for i in range(len(AGENTS))}
     # ... within their budgets, every byte given back
     assert [w.held.held for w in workers] == [0, 0]

@@ -1,4 +1,5 @@
-"""The coordinator's Prometheus metrics, defined here and in :mod:`.clusters` only.
+"""The coordinator's Prometheus metrics, defined here and in :mod:`.clusters` only (an
+ingest worker's, a process of its own, in :mod:`.ingest_worker`).
 
 One :class:`CoordinatorMetrics` per coordinator process, built on a registry the caller
 passes (tests pass a fresh one) and served by :func:`faultfleet.metrics_http.serve_metrics`.
