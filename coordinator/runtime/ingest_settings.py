@@ -28,8 +28,9 @@ class IngestSettings(BaseModel):
     """The coordinator's ``[ingest]`` section: the ingest workers its fit rounds go through.
 
     With no workers (the default) the coordinator checks, journals and folds every update
-    itself. With workers, the strategy must stream sketches (FLACC with ``pairwise =
-    "sketch"``) and differential privacy must be off (:func:`check_ingest_strategy`).
+    itself. With workers, the strategy must stream sketches (FLACC, FL+HC, FAACL or IFCA
+    with ``pairwise = "sketch"``), and a trimmed mean and differential privacy must be off
+    (:func:`check_ingest_strategy`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,26 +53,43 @@ class IngestSettings(BaseModel):
         return value
 
 
+INGEST_STRATEGIES = ("faacl", "flacc", "flhc", "ifca")
+"""Strategies whose rounds stream under sketches into sums ingest workers can carry. CFL
+streams too, but its ε₁ reads the mean of the updates as sent, which partial sums lack."""
+
+
 def check_ingest_strategy(
-    strategy: str, fraction: float, options: Mapping[str, Any], noise_multiplier: float
+    strategy: str,
+    fraction: float,
+    options: Mapping[str, Any],
+    noise_multiplier: float,
+    trim_fraction: float = 0.0,
 ) -> None:
     """Refuse a run that ingest workers cannot serve.
 
     Raises
     ------
     ValueError
-        The strategy does not take a round's updates as sketches and partial sums, or
-        differential privacy is on (its noise is drawn once, over every update).
+        The strategy does not take a round's updates as sketches and partial sums, a
+        trimmed mean is asked for (it needs every update at once), or differential privacy
+        is on (its noise is drawn once, over every update).
     """
     built = make_strategy(strategy, fraction=fraction, options=options)
     pairwise = getattr(built, "pairwise", None)
-    # CFL streams too, but its ε₁ reads the updates' raw mean, which partial sums lack.
-    if not isinstance(built, StreamingStrategy) or pairwise != "sketch" or built.name != "flacc":
+    streams = isinstance(built, StreamingStrategy) and built.name in INGEST_STRATEGIES
+    if not streams or pairwise != "sketch":
         got = strategy if pairwise is None else f"{strategy} with pairwise = {pairwise!r}"
+        names = ", ".join(repr(name) for name in INGEST_STRATEGIES)
         raise ValueError(
             "ingest.workers needs a strategy that takes sketches and partial sums: "
-            f"strategy = 'flacc' with strategy_options.pairwise = 'sketch' (got {got}); or "
+            f"strategy = {names} with strategy_options.pairwise = 'sketch' (got {got}); or "
             "leave ingest.workers empty"
+        )
+    if trim_fraction > 0:
+        raise ValueError(
+            "ingest.workers cannot serve a trimmed mean (aggregation.trim_fraction = "
+            f"{trim_fraction:g}): it needs every update at once; set it to 0 or leave "
+            "ingest.workers empty"
         )
     if noise_multiplier > 0:
         raise ValueError(

@@ -246,6 +246,12 @@ class CoordinatorSettings(FileSettings):
     def _ingest_workers_can_serve(self) -> CoordinatorSettings:
         if self.ingest.workers:
             run = self.run
-            noise = self.aggregation.noise_multiplier
-            check_ingest_strategy(run.strategy, run.fraction, run.strategy_options, noise)
+            aggregation = self.aggregation
+            check_ingest_strategy(
+                run.strategy,
+                run.fraction,
+                run.strategy_options,
+                aggregation.noise_multiplier,
+                aggregation.trim_fraction,
+            )
         return self

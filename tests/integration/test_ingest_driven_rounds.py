@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 
 from coordinator.adapters.metrics import CoordinatorMetrics
@@ -25,12 +26,13 @@ from coordinator.runtime.ingest_worker_settings import IngestWorkerSettings
 from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings, RunSettings, TrainSettings
+from coordinator.strategies.base import Strategy
 from coordinator.strategies.flacc import FLACC
-from faultfleet.wire.messages import FitTaskMessage
+from faultfleet.wire.messages import FitTaskMessage, LossesTaskMessage
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
 
 from .services import CoordinatorThread, install_signing_key, sample_value
-from .wire_clients import CONNECT_TIMEOUT_S, FakeAgents, ReceivedTask, fit_frame
+from .wire_clients import CONNECT_TIMEOUT_S, FakeAgents, ReceivedTask, fit_frame, losses_frame
 
 GROUPS = {"a0": 0, "a1": 0, "a2": 1, "a3": 1}
 ROUNDS = 3
@@ -38,11 +40,14 @@ WORKERS = ("ingest-1", "ingest-2")
 
 
 class TwoGroups(FakeAgents):
-    """Fake agents whose updates step 0.01 along their group's direction (plus noise)."""
+    """Fake agents whose updates step 0.01 along their group's direction (plus noise); offered
+    several models (IFCA), an agent trains the one its group numbers."""
 
     def fit_answer(self, task: ReceivedTask) -> bytes:
         assert isinstance(task.header, FitTaskMessage)
-        weights = task.weights[task.header.model_keys[0]]
+        keys = task.header.model_keys
+        key = keys[GROUPS[task.header.agent_id] % len(keys)]
+        weights = task.weights[key]
         direction = np.random.default_rng(GROUPS[task.header.agent_id]).standard_normal(
             weights.shape
         )
@@ -50,7 +55,24 @@ class TwoGroups(FakeAgents):
         seed = zlib.crc32(f"{task.header.agent_id}/{task.header.server_round}".encode())
         rng = np.random.default_rng(seed)  # not the task id: it holds the run's random id
         noise = rng.normal(0.0, 1e-5, weights.shape)
-        return fit_frame(task.header, (weights + 0.01 * direction + noise).astype(np.float32))
+        trained = (weights + 0.01 * direction + noise).astype(np.float32)
+        return fit_frame(task.header, trained, model_key=key)
+
+    def probe_answer(self, task: ReceivedTask) -> bytes | None:
+        """FAACL's losses probes: each model's loss on ten windows, lower on the models
+        the agent's group trained (their weights moved along its direction), the same in
+        every run."""
+        header = task.header
+        if not isinstance(header, LossesTaskMessage):
+            return None
+        group = GROUPS[header.agent_id]
+        losses = {}
+        for key in header.model_keys:
+            weights = task.weights[key]
+            direction = np.random.default_rng(group).standard_normal(weights.shape)
+            alignment = float(weights @ direction) / float(np.linalg.norm(direction))
+            losses[key] = np.full(10, 1.0 - alignment, dtype=np.float32)
+        return losses_frame(header, losses)
 
 
 @contextmanager
@@ -76,13 +98,26 @@ def ingest_workers(broker: BrokerSettings, state_dir: Path) -> Iterator[list[Ing
             thread.join(30)
 
 
+FLACC_OPTIONS = {"pairwise": "sketch", "partners": 8, "sketch_epsilon": 0.5}
+STREAMING = {
+    "flhc": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_warmup": 1},
+    "ifca": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_clusters": 2},
+    "faacl": {"pairwise": "sketch", "sketch_epsilon": 0.5, "init_rounds": 1},
+}
+"""The other strategies ingest workers serve, with options that cluster within 3 rounds."""
+
+
 def settings(
-    broker: BrokerSettings, state_dir: Path, workers: tuple[str, ...]
+    broker: BrokerSettings,
+    state_dir: Path,
+    workers: tuple[str, ...],
+    strategy: str = "flacc",
+    options: dict[str, object] | None = None,
 ) -> CoordinatorSettings:
     install_signing_key(state_dir)
     run = RunSettings(
-        strategy="flacc",
-        strategy_options={"pairwise": "sketch", "partners": 8, "sketch_epsilon": 0.5},
+        strategy=strategy,
+        strategy_options=FLACC_OPTIONS if options is None else options,
         rounds=ROUNDS,
         fraction=1.0,
         min_agents=len(GROUPS),
@@ -104,15 +139,29 @@ def settings(
 def run_coordinator(
     broker: BrokerSettings, state_dir: Path, workers: tuple[str, ...]
 ) -> tuple[RunSummary, FLACC, CoordinatorMetrics]:
-    """A whole run of the coordinator with ``workers``: its summary, strategy and metrics."""
+    """A whole FLACC run of the coordinator with ``workers``: its summary, strategy and
+    metrics."""
+    summary, strategy, metrics = run_strategy(broker, state_dir, workers)
+    assert isinstance(strategy, FLACC)
+    return summary, strategy, metrics
+
+
+def run_strategy(
+    broker: BrokerSettings,
+    state_dir: Path,
+    workers: tuple[str, ...],
+    strategy: str = "flacc",
+    options: dict[str, object] | None = None,
+) -> tuple[RunSummary, Strategy, CoordinatorMetrics]:
+    """A whole run of ``strategy`` with ``workers``: its summary, strategy and metrics."""
     metrics = CoordinatorMetrics(CollectorRegistry())
     agents = TwoGroups(broker, GROUPS)
-    service = CoordinatorService(settings(broker, state_dir, workers), metrics)
+    built = settings(broker, state_dir, workers, strategy, options)
+    service = CoordinatorService(built, metrics)
     coordinator = CoordinatorThread(service)
     try:
         summary = coordinator.result(300)
         assert service.engine is not None
-        assert isinstance(service.engine.strategy, FLACC)
         return summary, service.engine.strategy, metrics
     finally:
         coordinator.close()
@@ -161,3 +210,37 @@ def test_fit_rounds_through_two_ingest_workers_cluster_as_one_process_does(
     assert sorted(strategy.entities) == [("a0", "a1"), ("a2", "a3")]
     assert strategy.entities == reference.entities
     np.testing.assert_allclose(strategy.models["global"], reference.models["global"], atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", sorted(STREAMING))
+def test_the_other_streaming_strategies_through_two_workers_run_as_one_process(
+    broker_settings: BrokerSettings, tmp_path: Path, strategy: str
+) -> None:
+    # Prepare: two ingest workers on the shared subscription
+    options = STREAMING[strategy]
+    with ingest_workers(broker_settings, tmp_path / "ingest") as workers:
+        # Execute: three rounds through the workers
+        summary, driven, metrics = run_strategy(
+            broker_settings, tmp_path / "driven", WORKERS, strategy, options
+        )
+    # ... and the same run ingested by the coordinator itself
+    _, reference, _ = run_strategy(broker_settings, tmp_path / "single", (), strategy, options)
+
+    # Assert: every update went through one worker and counted once, no round retried
+    counts = [w.worker.counts for w in workers]
+    updates = sample_value(metrics.registry, "faultfleet_updates_received_total")
+    assert sum(c["accepted"] - c["retracted"] for c in counts) == updates
+    assert updates >= ROUNDS * len(GROUPS)
+    assert summary.server_round == ROUNDS
+    assert summary.rounds_retried == 0
+    # ... the clusters and models are the one process's (FL+HC's clusters the groups; IFCA's
+    # second model trained by the group that chose it, not left as it started)
+    labels = driven.cluster_labels()
+    assert labels == reference.cluster_labels()
+    if strategy == "flhc":
+        assert [labels[a] for a in sorted(GROUPS)] == [0, 0, 1, 1]
+    if strategy == "ifca":
+        assert driven.averaged_.averages == 2
+    assert list(driven.models) == list(reference.models)
+    for key, model in reference.models.items():
+        np.testing.assert_allclose(driven.models[key], model, atol=1e-6)

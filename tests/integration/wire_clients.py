@@ -156,8 +156,8 @@ class FakeAgents:
 
     A fit task is answered with the task's weights plus a little noise, after the delay
     ``policy`` gives (or never); evaluate tasks are answered at once; probes (losses and
-    gradient tasks) are recorded but never answered. Tests answer by hand with
-    :meth:`fit_answer` and :meth:`send`.
+    gradient tasks) are answered with what :meth:`probe_answer` gives: by default nothing
+    (they are only recorded). Tests answer by hand with :meth:`fit_answer` and :meth:`send`.
 
     Parameters
     ----------
@@ -241,6 +241,9 @@ class FakeAgents:
             self.send(header.agent_id, evaluation_frame(header))
             return
         if not isinstance(header, FitTaskMessage):
+            probe = self.probe_answer(task)
+            if probe is not None:
+                self.send(header.agent_id, probe)
             return
         delay_s = self.policy(header)
         if delay_s is None:
@@ -253,6 +256,10 @@ class FakeAgents:
         with self._lock:
             self._timers.append(timer)
         timer.start()
+
+    def probe_answer(self, task: ReceivedTask) -> bytes | None:
+        """The answer to a probe (losses or gradient task), sent at once; None: no answer."""
+        return None
 
     def fit_answer(self, task: ReceivedTask) -> bytes:
         """A valid update for ``task``: its weights plus noise of standard deviation 1e-3."""

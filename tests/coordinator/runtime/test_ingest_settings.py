@@ -46,8 +46,9 @@ def coordinator_file(tmp_path: Path, run: str, extra: str = "") -> Path:
     return config
 
 
-def test_a_sketched_flacc_run_takes_ingest_workers(tmp_path: Path) -> None:
-    run = 'strategy = "flacc"\nstrategy_options = { pairwise = "sketch" }'
+@pytest.mark.parametrize("strategy", ["flacc", "flhc", "faacl", "ifca"])
+def test_a_sketched_streaming_run_takes_ingest_workers(tmp_path: Path, strategy: str) -> None:
+    run = f'strategy = "{strategy}"\nstrategy_options = {{ pairwise = "sketch" }}'
 
     settings = load_settings(CoordinatorSettings, coordinator_file(tmp_path, run))
 
@@ -73,6 +74,12 @@ def test_without_workers_the_coordinator_ingests_itself() -> None:
             "[aggregation]\nnoise_multiplier = 1.0\nclip_norm = 1.0\n",
             "cannot serve differential privacy",
         ),
+        (
+            'strategy = "flhc"\nstrategy_options = { pairwise = "sketch" }',
+            "[aggregation]\ntrim_fraction = 0.1\n",
+            "cannot serve a trimmed mean",
+        ),
+        ('strategy = "jgl"\nstrategy_options = { pairwise = "sketch" }', "", "got jgl with"),
     ],
 )
 def test_ingest_workers_are_refused_where_they_cannot_serve(
