@@ -105,6 +105,7 @@ class IngestCoordinator:
             },
             sketch_dim=sketcher.requested_dim,
             sketch_seed=sketcher.seed,
+            raw_means=stream.keeps_raw_means,
         )
         merged = IngestRound(
             run_id,

@@ -107,7 +107,7 @@ class IngestRound:
         self._closing = -1
         self._ready: set[str] = set()
         self._closed_refusals = 0
-        self._partials: dict[tuple[str, str], tuple[PartialSum, FloatArray]] = {}
+        self._partials: dict[tuple[str, str], tuple[PartialSum, dict[str, FloatArray]]] = {}
 
     def on_message(self, topic: str, payload: bytes, *, worker: str | None = None) -> None:
         """Take one message of ``{root}/ingest/+/summaries`` (of ``worker``'s topic, when
@@ -153,11 +153,12 @@ class IngestRound:
             self._take(message, update)
             return
         n_params = len(self.models[message.model_key])
-        mean = decode_tensors(
-            body, TensorEncoding(), {"mean": n_params}, max_bytes=self.max_payload_bytes
-        )["mean"]
+        names = {"mean": n_params}
+        if message.raw_weight is not None:
+            names["raw_mean"] = n_params
+        tensors = decode_tensors(body, TensorEncoding(), names, max_bytes=self.max_payload_bytes)
         with self._lock:
-            self._partials[(message.worker_id, message.model_key)] = (message, mean)
+            self._partials[(message.worker_id, message.model_key)] = (message, tensors)
 
     def _take_ready(self, worker: str) -> None:
         """``worker`` took the plan. One dropped before the close (it died or lost its
@@ -283,23 +284,38 @@ class IngestRound:
 
     def totals(self) -> dict[str, PartialTotal]:
         """Per model key, Σ_w W_w m_w (float64), Σ_w W_w and the rules' tally over the
-        partial sums answering the last close."""
+        partial sums answering the last close; with raw means from every one of them, also
+        Σ_w R_w r_w and Σ_w R_w."""
         with self._lock:
             parts = [
-                (p, mean) for (p, mean) in self._partials.values() if p.closing == self._closing
+                (p, tensors)
+                for (p, tensors) in self._partials.values()
+                if p.closing == self._closing
             ]
         sums: dict[str, Float64Array] = {}
         weights: dict[str, float] = {}
         reports: dict[str, AggregateReport] = {}
-        for p, mean in parts:
+        raw_sums: dict[str, Float64Array | None] = {}
+        raw_weights: dict[str, float] = {}
+        for p, tensors in parts:
             key = p.model_key
             if key not in sums:
                 sums[key] = np.zeros(len(self.models[key]), dtype=np.float64)
                 weights[key], reports[key] = 0.0, AggregateReport()
-            sums[key] += p.weight * mean.astype(np.float64)
+                raw_sums[key], raw_weights[key] = np.zeros_like(sums[key]), 0.0
+            sums[key] += p.weight * tensors["mean"].astype(np.float64)
             weights[key] += p.weight
             reports[key] += AggregateReport(p.updates, p.clipped, p.capped)
-        return {k: PartialTotal(sums[k], weights[k], reports[k]) for k in sums}
+            raw = raw_sums[key]
+            if raw is None or p.raw_weight is None:
+                raw_sums[key] = None  # one worker sent none: no raw total
+            else:
+                raw += p.raw_weight * tensors["raw_mean"].astype(np.float64)
+                raw_weights[key] += p.raw_weight
+        return {
+            k: PartialTotal(sums[k], weights[k], reports[k], raw_sums[k], raw_weights[k])
+            for k in sums
+        }
 
     def report(self, key: str) -> AggregateReport:
         part = self.totals().get(key)

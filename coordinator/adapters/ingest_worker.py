@@ -189,7 +189,9 @@ class IngestWorker:
         )
         bounds = {k: StreamBounds(b.norm, b.samples) for k, b in plan.bounds.items()}
         sketcher = UpdateSketcher(plan.n_params, plan.sketch_dim, plan.sketch_seed)
-        stream = UpdateStream(plan.server_round, models, policy, bounds, sketcher)
+        stream = UpdateStream(
+            plan.server_round, models, policy, bounds, sketcher, raw_means=plan.raw_means
+        )
         with self._lock:
             self._plan, self._stream, self._seen = plan, stream, set()
             self._closed, self._retracted = False, set()
@@ -216,6 +218,7 @@ class IngestWorker:
         self._retracted.update(refused)
         for key in stream.model_keys():
             mean, weight = stream.partial(key)
+            raw = stream.raw_partial(key)
             report = stream.report(key)
             message = PartialSum(
                 run_id=plan.run_id,
@@ -227,8 +230,10 @@ class IngestWorker:
                 clipped=report.norm_clipped,
                 capped=report.weight_capped,
                 closing=close.closing,
+                raw_weight=None if raw is None else raw[1],
             )
-            body = encode_tensors({"mean": mean}, FLOAT32)
+            tensors = {"mean": mean} if raw is None else {"mean": mean, "raw_mean": raw[0]}
+            body = encode_tensors(tensors, FLOAT32)
             self.connection.publish(self._summaries(), encode_frame(message, body))
             self.metrics.partial_sums.inc()
         self._writer.start()

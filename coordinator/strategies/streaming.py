@@ -80,11 +80,14 @@ class StreamedUpdate:
 @dataclass(frozen=True)
 class PartialTotal:
     """Updates of one model key folded elsewhere (by ingest workers): Σ w_i s_i Δθ_i as
-    float64 of shape (n_params,), Σ w_i, and what the rules did."""
+    float64 of shape (n_params,), Σ w_i, and what the rules did; with raw means, also
+    Σ n_i Δθ_i of the updates as sent and Σ n_i."""
 
     total: Float64Array
     weight: float
     report: AggregateReport = field(default_factory=AggregateReport)
+    raw_total: Float64Array | None = None
+    raw_weight: float = 0.0
 
 
 class UpdateStream:
@@ -227,11 +230,16 @@ class UpdateStream:
         Raises
         ------
         ValueError
-            A model key the round did not send, or a second update of a client and model.
+            A model key the round did not send, a second update of a client and model, or
+            partial sums without the raw means this stream keeps.
         """
-        if self._raw_sums is not None and totals:
+        raw_sums = self._raw_sums
+        if raw_sums is not None and any(
+            p.raw_total is None for p in totals.values() if p.report.updates
+        ):
             raise ValueError(
-                "this stream keeps the updates' raw means, which partial sums do not carry"
+                "this stream keeps the updates' raw means, which these partial sums do not "
+                "carry (their workers were not asked for them)"
             )
         with self._lock:
             for update in updates:
@@ -248,6 +256,12 @@ class UpdateStream:
                     raise ValueError(f"partial sums of unknown model {key!r}")
                 self._sum_of(key, base)[...] += part.total
                 self._weights[key] = self._weights.get(key, 0.0) + part.weight
+                if raw_sums is not None and part.raw_total is not None:
+                    raw = raw_sums.get(key)
+                    if raw is None:
+                        raw = raw_sums[key] = np.zeros(base.shape, np.float64)
+                    raw += part.raw_total
+                    self._raw_weights[key] = self._raw_weights.get(key, 0.0) + part.raw_weight
                 self._reports[key] = self._reports.get(key, AggregateReport()) + part.report
 
     def _raw_term(self, result: FitResult, delta: FloatArray) -> FloatArray | None:
@@ -360,6 +374,22 @@ class UpdateStream:
         sends, and :meth:`average` adds to θ."""
         with self._lock:
             total, weight = self._sums[key], self._weights[key]
+        mean = total / weight if weight > 0 else np.zeros_like(total)
+        return np.asarray(mean, dtype=np.float32), weight
+
+    @property
+    def keeps_raw_means(self) -> bool:
+        """Whether the stream keeps the updates' raw means (``raw_means`` and a policy that
+        changes updates)."""
+        return self._raw_sums is not None
+
+    def raw_partial(self, key: str) -> tuple[FloatArray, float] | None:
+        """(Σ n_i Δθ_i / Σ n_i as float32, Σ n_i) of ``key``'s updates as sent, what an ingest
+        worker sends beside :meth:`partial`; None when no raw means are kept."""
+        with self._lock:
+            if self._raw_sums is None:
+                return None
+            total, weight = self._raw_sums[key], self._raw_weights[key]
         mean = total / weight if weight > 0 else np.zeros_like(total)
         return np.asarray(mean, dtype=np.float32), weight
 

@@ -57,6 +57,9 @@ class IngestPlan(_Envelope):
     bounds: dict[Name, StreamBoundsNote] = Field(default_factory=dict)
     sketch_dim: Annotated[int, Field(ge=1)]
     sketch_seed: NonNegative
+    raw_means: bool = False
+    """Also keep, per model key, the sample-weighted mean of the updates as sent (before
+    the rules) and send it with the partial sums (CFL's ε₁ reads its norm)."""
 
 
 class IngestClose(_Envelope):
@@ -93,7 +96,9 @@ class UpdateSummary(_Envelope):
 
 class PartialSum(_Envelope):
     """A worker's fold of one model key: ``weight`` = Σ w_i over its ``updates`` updates;
-    the body holds Σ w_i s_i Δθ_i / Σ w_i (float32)."""
+    the body holds Σ w_i s_i Δθ_i / Σ w_i (float32, ``mean``) and, when the plan asked for
+    raw means and the rules change updates, Σ n_i Δθ_i / Σ n_i (``raw_mean``) with
+    ``raw_weight`` = Σ n_i."""
 
     kind: Literal["partial_sum"] = "partial_sum"
     worker_id: Name
@@ -104,6 +109,8 @@ class PartialSum(_Envelope):
     capped: NonNegative = 0
     closing: NonNegative = 0
     """The close this answers (:attr:`IngestClose.closing`)."""
+    raw_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    """Σ n_i of the updates as sent; set when the body holds ``raw_mean``."""
 
 
 class IngestWorkerStatus(BaseModel):

@@ -100,6 +100,14 @@ def ingest_workers(broker: BrokerSettings, state_dir: Path) -> Iterator[list[Ing
 
 FLACC_OPTIONS = {"pairwise": "sketch", "partners": 8, "sketch_epsilon": 0.5}
 STREAMING = {
+    # the updates step 0.01: their mean across the two groups about 0.007
+    "cfl": {
+        "pairwise": "sketch",
+        "sketch_epsilon": 0.5,
+        "min_rounds": 1,
+        "eps1": 0.009,
+        "eps2": 0.009,
+    },
     "flhc": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_warmup": 1},
     "ifca": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_clusters": 2},
     "faacl": {"pairwise": "sketch", "sketch_epsilon": 0.5, "init_rounds": 1},
@@ -233,11 +241,11 @@ def test_the_other_streaming_strategies_through_two_workers_run_as_one_process(
     assert updates >= ROUNDS * len(GROUPS)
     assert summary.server_round == ROUNDS
     assert summary.rounds_retried == 0
-    # ... the clusters and models are the one process's (FL+HC's clusters the groups; IFCA's
-    # second model trained by the group that chose it, not left as it started)
+    # ... the clusters and models are the one process's (CFL's and FL+HC's clusters the
+    # groups; IFCA's second model trained by the group that chose it)
     labels = driven.cluster_labels()
     assert labels == reference.cluster_labels()
-    if strategy == "flhc":
+    if strategy in ("cfl", "flhc"):
         assert [labels[a] for a in sorted(GROUPS)] == [0, 0, 1, 1]
     if strategy == "ifca":
         assert driven.averaged_.averages == 2

@@ -125,6 +125,77 @@ def test_one_worker_gives_what_one_process_folds() -> None:
     np.testing.assert_allclose(round_.average("global"), stream.average("global"), atol=1e-6)
 
 
+def worker_partial(worker: str, stream: UpdateStream) -> bytes:
+    """What a worker sends at the close for ``stream``'s fold of ``global``."""
+    mean, weight = stream.partial("global")
+    raw = stream.raw_partial("global")
+    message = PartialSum(
+        run_id="r1",
+        server_round=2,
+        worker_id=worker,
+        model_key="global",
+        weight=weight,
+        updates=stream.report("global").updates,
+        clipped=stream.report("global").norm_clipped,
+        raw_weight=None if raw is None else raw[1],
+    )
+    tensors = {"mean": mean} if raw is None else {"mean": mean, "raw_mean": raw[0]}
+    return encode_frame(message, encode_tensors(tensors, TensorEncoding()))
+
+
+def test_two_workers_raw_means_merge_into_the_one_process_mean_of_the_updates_as_sent() -> None:
+    # Prepare: updates under a fixed clip of 1.0, one of them loud (norm 50): the folded mean
+    # and the mean of the updates as sent (CFL's ε₁) differ
+    rng = np.random.default_rng(1)
+    policy = AggregationPolicy(clip_norm=1.0)
+    results = []
+    for i in range(6):
+        weights = (rng.standard_normal(6) * (50.0 if i == 2 else 0.2)).astype(np.float32)
+        results.append(FitResult(f"a{i}", "global", weights, None, 2 + i, 0.1, base=BASE))
+
+    def folded(members: list[FitResult]) -> UpdateStream:
+        stream = UpdateStream(2, {"global": BASE}, policy, {}, raw_means=True)
+        for result in members:
+            stream.add(result)
+        return stream
+
+    one_process = folded(results)
+
+    # Execute: two workers fold three updates each; the coordinator's stream absorbs them
+    round_ = IngestRound("r1", 2, {"global": BASE}, sketch_dim=3, max_payload_bytes=1 << 16)
+    round_.close_message()
+    round_.on_message("s", worker_partial("w1", folded(results[:3])))
+    round_.on_message("s", worker_partial("w2", folded(results[3:])))
+    coordinator = UpdateStream(2, {"global": BASE}, policy, {}, raw_means=True)
+    coordinator.absorb((), round_.totals())
+
+    # Assert: the clipped average and the raw mean's norm are the one process's
+    expected = one_process.mean_update_norm("global")
+    assert expected > 2 * float(np.linalg.norm(one_process.partial("global")[0]))
+    assert coordinator.mean_update_norm("global") == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(
+        coordinator.average("global"), one_process.average("global"), atol=1e-6
+    )
+
+
+def test_partial_sums_without_raw_means_are_refused_by_a_stream_that_keeps_them() -> None:
+    # Prepare: a worker asked for no raw means
+    plain = UpdateStream(2, {"global": BASE}, AggregationPolicy(clip_norm=1.0), {})
+    plain.add(FitResult("a1", "global", np.ones(6, np.float32), None, 3, 0.1, base=BASE))
+    round_ = IngestRound("r1", 2, {"global": BASE}, sketch_dim=3, max_payload_bytes=1 << 16)
+    round_.close_message()
+    round_.on_message("s", worker_partial("w1", plain))
+    keeping = UpdateStream(
+        2, {"global": BASE}, AggregationPolicy(clip_norm=1.0), {}, raw_means=True
+    )
+
+    # Execute / Assert
+    assert keeping.keeps_raw_means
+    assert not plain.keeps_raw_means
+    with pytest.raises(ValueError, match="raw means"):
+        keeping.absorb((), round_.totals())
+
+
 def ready(worker: str) -> bytes:
     return encode_frame(IngestReady(run_id="r1", server_round=2, worker_id=worker))
 
