@@ -5,10 +5,10 @@ Each ingest worker (:mod:`coordinator.adapters.ingest_worker`) sends an
 the round closes, a :class:`~faultfleet.wire.ingest_messages.PartialSum` per model key: its
 weighted mean update m_w and weight W_w. :class:`IngestRound` collects them and is a
 :class:`~coordinator.strategies.streaming.FoldedRound`, what a streaming strategy takes
-(the ``aggregate_stream`` of FLACC, FL+HC, FAACL or IFCA): the updates are the summaries
-(sketch, norm, samples), and a model's new weights are θ + Σ_w W_w m_w / Σ_w W_w, the same
-weighted mean one process folding every update would give (up to float32 rounding of each
-worker's mean).
+(the ``aggregate_stream`` of FLACC, FL+HC, CFL, FAACL, IFCA or JGL): the updates are the
+summaries (sketch, norm, samples), and a model's new weights are θ + Σ_w W_w m_w / Σ_w W_w,
+the same weighted mean one process folding every update would give (up to float32 rounding
+of each worker's mean).
 
 The coordinator decides which summaries count: the first summary of a task (QoS 1 may hand
 a redelivered answer to another worker), of an agent the task was sent to when the round's

@@ -28,8 +28,8 @@ class IngestSettings(BaseModel):
     """The coordinator's ``[ingest]`` section: the ingest workers its fit rounds go through.
 
     With no workers (the default) the coordinator checks, journals and folds every update
-    itself. With workers, the strategy must stream sketches (FLACC, FL+HC, CFL, FAACL or
-    IFCA with ``pairwise = "sketch"``), and a trimmed mean and differential privacy must be off
+    itself. With workers, the strategy must stream sketches (FLACC, FL+HC, CFL, FAACL, IFCA
+    or JGL with ``pairwise = "sketch"``), and a trimmed mean and differential privacy must be off
     (:func:`check_ingest_strategy`).
     """
 
@@ -53,9 +53,9 @@ class IngestSettings(BaseModel):
         return value
 
 
-INGEST_STRATEGIES = ("cfl", "faacl", "flacc", "flhc", "ifca")
-"""Strategies whose rounds stream under sketches into sums ingest workers can carry (CFL's
-with the mean of the updates as sent beside them, which its ε₁ reads)."""
+INGEST_STRATEGIES = ("cfl", "faacl", "flacc", "flhc", "ifca", "jgl")
+"""Strategies whose fit rounds stream under sketches into sums ingest workers can carry
+(CFL's with the mean of the updates as sent beside them, which its ε₁ reads)."""
 
 
 def check_ingest_strategy(

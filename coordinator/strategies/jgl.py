@@ -52,7 +52,11 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
   one (IFCA's rule, i.e. λ = 0 on its whole training set).
 - **Sketches** (``pairwise``, :mod:`.pairwise`) take the gradient cosines between devices
   (the evidence, K·k² pairs per probe). Eq. 3's S_ik stays exact: K·n operations per
-  device, no pairs, the cost of sketching; a sketch would only add error to eq. 4.
+  device, no pairs, the cost of sketching; a sketch would only add error to eq. 4. Under
+  sketches the fit round *streams* (:meth:`JointGradientLoss.open_stream`,
+  :mod:`.streaming`): each update is folded into its cluster's running sum as it arrives,
+  and Δw_k is the new average minus the old model (or the members' probe gradients), as
+  in the list. The probe's answers, K gradients per device, are still taken as a list.
 - **Joining.** A device joining later takes the identity of the model it was assigned
   (else none: it is not placed yet) until its first probe places it by eq. 4.
 """
@@ -78,6 +82,15 @@ from coordinator.strategies.joining import grow_square, keep_square
 from coordinator.strategies.keys import cluster_key, cluster_number
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    UpdateStream,
+    bounds_state,
+    fold_all,
+    fold_averages,
+    load_bounds,
+)
 from faultfleet.tasks import (
     Failure,
     FitInstruction,
@@ -87,7 +100,7 @@ from faultfleet.tasks import (
     ProbeInstructions,
     ProbeResults,
 )
-from faultfleet.types import Float64Array, ModelFactory
+from faultfleet.types import Float64Array, FloatArray, ModelFactory
 
 
 class JointGradientLoss(Strategy):
@@ -104,6 +117,8 @@ class JointGradientLoss(Strategy):
     choices_ : dict of str to int
         Identities the devices chose by eq. 4 in the latest probe, before the empty-cluster
         fix.
+    stream_bounds_ : dict of str to StreamBounds
+        The medians a streamed round's robust rules measure against (the last round's).
     """
 
     name: ClassVar[str] = "jgl"
@@ -151,6 +166,7 @@ class JointGradientLoss(Strategy):
         self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
         m = len(self.client_ids_)
         self.similarity_: Float64Array = np.full((m, m), np.nan)
+        self.stream_bounds_: dict[str, StreamBounds] = {}
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
@@ -288,37 +304,80 @@ class JointGradientLoss(Strategy):
             return (cluster_key(self.plan_[client_id]),)
         return tuple(self.models_)
 
+    def _check_plan(self, server_round: int, client_id: str, model_key: str) -> None:
+        plan = self.plan_ if self.plan_round_ == server_round else None
+        k = cluster_number(model_key)
+        if plan is not None and plan.get(client_id) != k:
+            raise ValueError(
+                f"client {client_id!r} trained {model_key!r}, but round {server_round} "
+                f"assigned it {plan.get(client_id)!r}"
+            )
+
     def _aggregate(
         self, server_round: int, results: Sequence[FitResult], failures: Sequence[Failure]
     ) -> None:
         """Eq. 7 per identity, remembering Δw_k of every cluster that was updated."""
-        plan = self.plan_ if self.plan_round_ == server_round else None
+        for r in results:
+            self._check_plan(server_round, r.client_id, r.model_key)
+        stream = self.open_stream(server_round)
+        if stream is not None:  # sketch mode: the same streaming path as a live round
+            self._aggregate_stream(server_round, fold_all(stream, results))
+            return
         by_cluster: dict[int, list[FitResult]] = {}
         for r in results:
-            k = cluster_number(r.model_key)
-            if plan is not None and plan.get(r.client_id) != k:
-                raise ValueError(
-                    f"client {r.client_id!r} trained {r.model_key!r}, but round {server_round} "
-                    f"assigned it {plan.get(r.client_id)!r}"
-                )
-            by_cluster.setdefault(k, []).append(r)
+            by_cluster.setdefault(cluster_number(r.model_key), []).append(r)
         for k, members in sorted(by_cluster.items()):
-            key = cluster_key(k)
-            new = self._average(members)
-            probed = [
-                self.probe_gradients_[r.client_id][k]
-                for r in members
-                if r.client_id in self.probe_gradients_
-            ]
-            if probed:
-                self.last_update_[k] = -np.mean(np.stack(probed), axis=0)
-            else:
-                self.last_update_[k] = new - self.models_[key]
-            self.has_update_[k] = True
-            self.models_[key] = new
-            self.identities_.update({r.client_id: k for r in members})
+            self._moved(k, self._average(members), [r.client_id for r in members])
         self.probe_gradients_ = {}
         self.metrics_["clusters_trained"] = float(len(by_cluster))
+
+    def _moved(self, k: int, new: FloatArray, members: Sequence[str]) -> None:
+        """Cluster ``k``'s new model, trained by ``members``: its Δw_k (eq. 2, or the
+        members' probe gradients under ``reference="gradient"``) and their identities."""
+        key = cluster_key(k)
+        probed = [self.probe_gradients_[c][k] for c in members if c in self.probe_gradients_]
+        if probed:
+            self.last_update_[k] = -np.mean(np.stack(probed), axis=0)
+        else:
+            self.last_update_[k] = new - self.models_[key]
+        self.has_update_[k] = True
+        self.models_[key] = new
+        self.identities_.update(dict.fromkeys(members, k))
+
+    # -- streaming (pairwise sketch) -------------------------------------------------------
+
+    def open_stream(self, server_round: int) -> UpdateStream | None:
+        """Under sketches, a stream folding the fit round's updates into their clusters'
+        running sums as they arrive (:mod:`.streaming`); None under exact comparisons or a
+        trimmed mean, which take the list. The probe's answers (K gradients per device) are
+        still taken as a list."""
+        sketcher = self.comparer_.sketcher
+        if sketcher is None:
+            return None
+        return self._stream(server_round, self.stream_bounds_, sketcher)
+
+    def aggregate_stream(
+        self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
+    ) -> None:
+        """The fit round's models from the updates folded into ``stream`` (sketch mode)."""
+        for u in stream.updates():
+            if u.client_id not in self.client_index_:
+                raise ValueError(f"result from unknown client {u.client_id!r}")
+            self._check_plan(server_round, u.client_id, u.model_key)
+        self._aggregate_stream(server_round, stream)
+
+    def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:
+        """Eq. 7 per identity from the folded sums, in cluster order, members in client
+        order."""
+        members: dict[int, list[str]] = {}
+        for u in sorted(stream.updates(), key=lambda u: self._index(u.client_id)):
+            members.setdefault(cluster_number(u.model_key), []).append(u.client_id)
+        averaged = dict(self.models_)  # the new models; self.models_ keeps the old for Δw
+        self.averaged_ = fold_averages(averaged, self.stream_bounds_, stream, server_round)
+        for k, clients in sorted(members.items()):
+            self._moved(k, averaged[cluster_key(k)], clients)
+        self.probe_gradients_ = {}
+        self.metrics_["clusters_trained"] = float(len(members))
 
     # -- evaluation and clustering -------------------------------------------------------
 
@@ -367,6 +426,7 @@ class JointGradientLoss(Strategy):
             "plan": None if self.plan_ is None else dict(self.plan_),
             "metrics": dict(self.metrics_),
             "comparer": self.comparer_.state(),
+            "stream_bounds": bounds_state(self.stream_bounds_),
         }
         arrays = {
             "last_update": self.last_update_.copy(),
@@ -396,3 +456,4 @@ class JointGradientLoss(Strategy):
         self.last_update_ = np.array(arrays["last_update"], dtype=np.float32)
         self.has_update_ = np.array(arrays["has_update"], dtype=bool)
         self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
+        self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))

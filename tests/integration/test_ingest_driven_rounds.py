@@ -28,11 +28,18 @@ from coordinator.runtime.service import CoordinatorService
 from coordinator.runtime.settings import CoordinatorSettings, RunSettings, TrainSettings
 from coordinator.strategies.base import Strategy
 from coordinator.strategies.flacc import FLACC
-from faultfleet.wire.messages import FitTaskMessage, LossesTaskMessage
+from faultfleet.wire.messages import FitTaskMessage, GradientTaskMessage, LossesTaskMessage
 from faultfleet.wire.settings import BrokerSettings, MetricsSettings
 
 from .services import CoordinatorThread, install_signing_key, sample_value
-from .wire_clients import CONNECT_TIMEOUT_S, FakeAgents, ReceivedTask, fit_frame, losses_frame
+from .wire_clients import (
+    CONNECT_TIMEOUT_S,
+    FakeAgents,
+    ReceivedTask,
+    fit_frame,
+    gradient_frame,
+    losses_frame,
+)
 
 GROUPS = {"a0": 0, "a1": 0, "a2": 1, "a3": 1}
 ROUNDS = 3
@@ -60,9 +67,17 @@ class TwoGroups(FakeAgents):
 
     def probe_answer(self, task: ReceivedTask) -> bytes | None:
         """FAACL's losses probes: each model's loss on ten windows, lower on the models
-        the agent's group trained (their weights moved along its direction), the same in
-        every run."""
+        the agent's group trained (their weights moved along its direction); JGL's
+        gradient probes: minus the group's direction for every model. The same in every
+        run."""
         header = task.header
+        if isinstance(header, GradientTaskMessage):
+            gradients = {}
+            for key in header.model_keys:
+                shape = task.weights[key].shape
+                direction = np.random.default_rng(GROUPS[header.agent_id]).standard_normal(shape)
+                gradients[key] = (-direction / np.linalg.norm(direction)).astype(np.float32)
+            return gradient_frame(header, gradients)
         if not isinstance(header, LossesTaskMessage):
             return None
         group = GROUPS[header.agent_id]
@@ -110,6 +125,7 @@ STREAMING = {
     },
     "flhc": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_warmup": 1},
     "ifca": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_clusters": 2},
+    "jgl": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_clusters": 2, "batch_size": 8},
     "faacl": {"pairwise": "sketch", "sketch_epsilon": 0.5, "init_rounds": 1},
 }
 """The other strategies ingest workers serve, with options that cluster within 3 rounds."""
@@ -241,12 +257,12 @@ def test_the_other_streaming_strategies_through_two_workers_run_as_one_process(
     assert updates >= ROUNDS * len(GROUPS)
     assert summary.server_round == ROUNDS
     assert summary.rounds_retried == 0
-    # ... the clusters and models are the one process's (CFL's and FL+HC's clusters the
-    # groups; IFCA's second model trained by the group that chose it)
+    # ... the clusters and models are the one process's (CFL's, FL+HC's and JGL's clusters
+    # the groups; IFCA's second model trained by the group that chose it)
     labels = driven.cluster_labels()
     assert labels == reference.cluster_labels()
-    if strategy in ("cfl", "flhc"):
-        assert [labels[a] for a in sorted(GROUPS)] == [0, 0, 1, 1]
+    if strategy in ("cfl", "flhc", "jgl"):
+        assert labels["a0"] == labels["a1"] != labels["a2"] == labels["a3"]
     if strategy == "ifca":
         assert driven.averaged_.averages == 2
     assert list(driven.models) == list(reference.models)
