@@ -1,8 +1,8 @@
 """A strategy's server step at 1,000 to 20,000 agents: sketches against exact comparisons.
 
 Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
-       [--strategy flacc|flhc|cfl|fedavg|ifca] [--rounds 8] [--json FILE] [--exact-up-to 20000]
-       [--partners 32] [--epsilon 0.25] [--quality] [--checkpoint]
+       [--strategy flacc|flhc|cfl|fedavg|ifca|jgl] [--rounds 8] [--json FILE]
+       [--exact-up-to 20000] [--partners 32] [--epsilon 0.25] [--quality] [--checkpoint]
 
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
 (``pairwise = "sketch"`` against ``"exact"``): both take every agent's update in a round —
@@ -13,7 +13,10 @@ their exact paths take the list: N × 60,432 × 4 bytes, 2.4 GB at 10,000), and 
 distances (FL+HC's linkage) or the N × N cosines of the evidence and of CFL's
 bipartition; sketches remove the n of the N²·n, not the N². Pick the
 fleet sizes accordingly (``docs/federated.md`` gives how far they reached here);
-``--rounds`` is capped at 2 for FL+HC.
+``--rounds`` is capped at 2 for FL+HC. ``--strategy jgl`` (K = 6, c = 0.25) includes its
+gradient probe: every sampled agent answers with a loss of 1 and minus its own update as
+the gradient of each model (K arrays held, as the coordinator receives them; their making is
+not timed).
 
 The server step is everything the coordinator does with a round's updates once they are
 decoded: sample the round (c = 0.25), fold every update into the running sum of its model
@@ -82,12 +85,13 @@ from coordinator.runtime.run_summary import RunSummary
 from coordinator.runtime.settings import RunSettings
 from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.flacc import FLACC
+from coordinator.strategies.jgl import JointGradientLoss
 from coordinator.strategies.quality import assess
 from coordinator.strategies.registry import make_strategy
 from coordinator.strategies.robust import DEFAULT_POLICY, Averaging
 from coordinator.strategies.streaming import StreamingStrategy
 from faultfleet.scoring import adjusted_rand_index
-from faultfleet.tasks import FitResult
+from faultfleet.tasks import FitResult, GradientResult
 
 MB = 1024 * 1024
 CACHE = Path(tempfile.gettempdir()) / "faultfleet-bench" / "server-scale-updates.npz"
@@ -112,6 +116,9 @@ def batch_worker(args: argparse.Namespace) -> None:
         options.update(criterion="similarity", min_rounds=1)
     elif args.strategy == "fedavg":
         options, fraction = {"streaming": "on" if args.worker == "sketch" else "off"}, 0.25
+    elif args.strategy == "jgl":
+        options.update(n_clusters=len(fleet.members))
+        fraction = 0.25
     else:
         fraction = 0.25
     strategy: Strategy = make_strategy(args.strategy, fraction=fraction, options=options)
@@ -123,6 +130,7 @@ def batch_worker(args: argparse.Namespace) -> None:
     for server_round in range(1, rounds + 1):
         started, generating = time.process_time(), 0.0
         wall = time.perf_counter()
+        generating += probe(strategy, server_round, ids, rng, fleet)
         instructions = strategy.configure_round(server_round, ids, rng)
         stream = (
             strategy.open_stream(server_round) if isinstance(strategy, StreamingStrategy) else None
@@ -166,6 +174,37 @@ def batch_worker(args: argparse.Namespace) -> None:
     print(json.dumps(line))
 
 
+def probe(
+    strategy: Strategy,
+    server_round: int,
+    ids: list[str],
+    rng: np.random.Generator,
+    fleet: SyntheticFleet,
+) -> float:
+    """JGL's probe (every other strategy has none): each sampled agent answers with a loss
+    of 1 for every model and minus its own update as the gradient of each (it asks every
+    model to move the way its group moves), as the coordinator receives them. Returns the
+    CPU seconds spent making the answers, which are not the server's."""
+    if not strategy.probes:
+        return 0.0
+    assert isinstance(strategy, JointGradientLoss)
+    generating = 0.0
+    request = strategy.configure_probe(server_round, 0, ids, rng)
+    answers = []
+    for instruction in request or ():
+        made = time.process_time()
+        agent = int(instruction.client_id[1:])
+        gradient = -fleet.delta(agent)
+        keys = instruction.model_keys
+        gradients = {key: gradient.copy() for key in keys}  # K arrays, as received
+        answers.append(
+            GradientResult(instruction.client_id, dict.fromkeys(keys, 1.0), gradients, 32)
+        )
+        generating += time.process_time() - made
+    strategy.aggregate_probe(server_round, 0, answers, ())
+    return generating
+
+
 def worker(args: argparse.Namespace) -> None:
     """One path at one fleet size: print a JSON line with its timings, RSS and labels."""
     if args.strategy != "flacc":
@@ -192,6 +231,7 @@ def worker(args: argparse.Namespace) -> None:
     for server_round in range(1, args.rounds + 1):
         started, generating = time.process_time(), 0.0
         wall = time.perf_counter()
+        generating += probe(strategy, server_round, ids, rng, fleet)
         instructions = strategy.configure_round(server_round, ids, rng)
         stream = strategy.open_stream(server_round)
         assert stream is not None
@@ -287,10 +327,10 @@ def main() -> None:
     parser.add_argument("--agents", type=int, nargs="+", default=[1000, 2000, 5000, 10000, 20000])
     parser.add_argument(
         "--strategy",
-        choices=["flacc", "flhc", "cfl", "fedavg", "ifca"],
+        choices=["flacc", "flhc", "cfl", "fedavg", "ifca", "jgl"],
         default="flacc",
         help="whose server step is timed (flhc, cfl: every agent answers each round; "
-        "fedavg: streamed against listed)",
+        "fedavg: streamed against listed; jgl: its gradient probe included)",
     )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--json", type=Path)
