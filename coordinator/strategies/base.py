@@ -34,7 +34,12 @@ from coordinator.strategies.joining import check_joining, check_leaving, served_
 from coordinator.strategies.parameters import FRACTION, Param, check_value, declared_in
 from coordinator.strategies.robust import Averaging, RoundTally
 from coordinator.strategies.sketch import UpdateSketcher
-from coordinator.strategies.streaming import StreamBounds, UpdateStream
+from coordinator.strategies.streaming import (
+    FoldedRound,
+    StreamBounds,
+    StreamedUpdate,
+    UpdateStream,
+)
 from faultfleet.tasks import (
     EvaluateInstruction,
     EvaluateResult,
@@ -280,6 +285,34 @@ class Strategy(ABC):
             self.averaging.noise_seed,
             raw_means=raw_means,
         )
+
+    def _sketched_stream(
+        self,
+        server_round: int,
+        bounds: Mapping[str, StreamBounds],
+        sketcher: UpdateSketcher | None,
+        *,
+        raw_means: bool = False,
+    ) -> UpdateStream | None:
+        """:meth:`_stream` keeping each update's sketch by ``sketcher``; None without one (a
+        strategy comparing exact updates takes the list)."""
+        if sketcher is None:
+            return None
+        return self._stream(server_round, bounds, sketcher, raw_means=raw_means)
+
+    def _known_updates(self, stream: FoldedRound) -> tuple[StreamedUpdate, ...]:
+        """The updates folded into ``stream``.
+
+        Raises
+        ------
+        ValueError
+            One is of a client the strategy does not know.
+        """
+        updates = stream.updates()
+        for u in updates:
+            if u.client_id not in self.client_index_:
+                raise ValueError(f"result from unknown client {u.client_id!r}")
+        return updates
 
     def _average(self, results: Sequence[FitResult]) -> FloatArray:
         """One model from ``results`` (trained from one model) under :attr:`averaging`."""

@@ -304,9 +304,7 @@ class CFL(Strategy):
         under exact cosines, which need the updates, and under a trimmed mean, which needs
         them all at once: those take the list."""
         sketcher = self.comparer_.sketcher
-        if sketcher is None:
-            return None
-        return self._stream(server_round, self.stream_bounds_, sketcher, raw_means=True)
+        return self._sketched_stream(server_round, self.stream_bounds_, sketcher, raw_means=True)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]

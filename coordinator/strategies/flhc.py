@@ -390,21 +390,16 @@ class FLHC(Strategy):
         sketch, all the dendrogram and the evidence read. None under exact distances, which
         need the updates, and under a trimmed mean, which needs them all at once: those
         take the list."""
-        sketcher = self.comparer_.sketcher
-        if sketcher is None:
-            return None
-        return self._stream(server_round, self.stream_bounds_, sketcher)
+        return self._sketched_stream(server_round, self.stream_bounds_, self.comparer_.sketcher)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
-        updates = stream.updates()
+        updates = self._known_updates(stream)
         if len({u.client_id for u in updates}) != len(updates):
             raise ValueError("a client answered more than once in one round")
         for u in updates:
-            if u.client_id not in self.client_index_:
-                raise ValueError(f"result from unknown client {u.client_id!r}")
             self._check_key(u.client_id, u.model_key)
         self._aggregate_stream(server_round, stream)
 

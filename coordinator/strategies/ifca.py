@@ -168,18 +168,13 @@ class IFCA(Strategy):
         """Under sketches, a stream folding the round's updates into their clusters' sums
         as they arrive (:mod:`.streaming`); None under exact cosines or a trimmed mean,
         which need the list."""
-        sketcher = self.comparer_.sketcher
-        if sketcher is None:
-            return None
-        return self._stream(server_round, self.stream_bounds_, sketcher)
+        return self._sketched_stream(server_round, self.stream_bounds_, self.comparer_.sketcher)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
-        for u in stream.updates():
-            if u.client_id not in self.client_index_:
-                raise ValueError(f"result from unknown client {u.client_id!r}")
+        self._known_updates(stream)
         self._aggregate_stream(server_round, stream)
 
     def _aggregate_stream(self, server_round: int, stream: FoldedRound) -> None:

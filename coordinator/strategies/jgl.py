@@ -351,18 +351,13 @@ class JointGradientLoss(Strategy):
         running sums as they arrive (:mod:`.streaming`); None under exact comparisons or a
         trimmed mean, which take the list. The probe's answers (K gradients per device) are
         still taken as a list."""
-        sketcher = self.comparer_.sketcher
-        if sketcher is None:
-            return None
-        return self._stream(server_round, self.stream_bounds_, sketcher)
+        return self._sketched_stream(server_round, self.stream_bounds_, self.comparer_.sketcher)
 
     def aggregate_stream(
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """The fit round's models from the updates folded into ``stream`` (sketch mode)."""
-        for u in stream.updates():
-            if u.client_id not in self.client_index_:
-                raise ValueError(f"result from unknown client {u.client_id!r}")
+        for u in self._known_updates(stream):
             self._check_plan(server_round, u.client_id, u.model_key)
         self._aggregate_stream(server_round, stream)
 

@@ -64,9 +64,7 @@ class StreamedAverages(Strategy):
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """Each model from the updates folded into ``stream``."""
-        for update in stream.updates():
-            if update.client_id not in self.client_index_:
-                raise ValueError(f"result from unknown client {update.client_id!r}")
+        for update in self._known_updates(stream):
             self._check_key(update.client_id, update.model_key)
         self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
 
