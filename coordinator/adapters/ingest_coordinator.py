@@ -85,17 +85,19 @@ class IngestCoordinator:
         Raises
         ------
         ValueError
-            A stream without a sketcher, or under differential privacy (its noise is drawn
-            once, over every update, by the coordinator).
+            A stream under differential privacy (its noise is drawn once, over every update,
+            by the coordinator). A stream without a sketcher (FedAvg, fixed clusters) plans
+            no sketch: the summaries then carry none.
         """
-        if stream.sketcher is None or stream.policy.private:
-            raise ValueError("ingest workers need a sketched stream without privacy noise")
+        if stream.policy.private:
+            raise ValueError("ingest workers need a stream without privacy noise")
         sketcher, policy = stream.sketcher, stream.policy
+        (n_params,) = {len(model) for model in stream.models.values()}
         plan = IngestPlan(
             run_id=run_id,
             server_round=stream.server_round,
             model_keys=tuple(sorted(stream.models)),
-            n_params=sketcher.n_params,
+            n_params=n_params,
             clip_factor=policy.clip_factor,
             clip_norm=policy.clip_norm,
             weight_cap=policy.weight_cap,
@@ -103,15 +105,15 @@ class IngestCoordinator:
                 k: StreamBoundsNote(norm=b.norm, samples=b.samples)
                 for k, b in stream.bounds.items()
             },
-            sketch_dim=sketcher.requested_dim,
-            sketch_seed=sketcher.seed,
+            sketch_dim=0 if sketcher is None else sketcher.requested_dim,
+            sketch_seed=0 if sketcher is None else sketcher.seed,
             raw_means=stream.keeps_raw_means,
         )
         merged = IngestRound(
             run_id,
             stream.server_round,
             stream.models,
-            sketch_dim=sketcher.dim,
+            sketch_dim=0 if sketcher is None else sketcher.dim,
             bounds=stream.bounds,
             max_payload_bytes=self.max_payload_bytes,
             tasks=tasks,

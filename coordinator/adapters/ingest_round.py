@@ -5,7 +5,7 @@ Each ingest worker (:mod:`coordinator.adapters.ingest_worker`) sends an
 the round closes, a :class:`~faultfleet.wire.ingest_messages.PartialSum` per model key: its
 weighted mean update m_w and weight W_w. :class:`IngestRound` collects them and is a
 :class:`~coordinator.strategies.streaming.FoldedRound`, what a streaming strategy takes
-(the ``aggregate_stream`` of FLACC, FL+HC, CFL, FAACL, IFCA or JGL): the updates are the
+(the ``aggregate_stream`` of every strategy that streams): the updates are the
 summaries (sketch, norm, samples), and a model's new weights are θ + Σ_w W_w m_w / Σ_w W_w,
 the same weighted mean one process folding every update would give (up to float32 rounding
 of each worker's mean).
@@ -66,7 +66,7 @@ class IngestRound:
     models : mapping of model key to array of shape (n_params,)
         The models the round's plan carried.
     sketch_dim : int
-        Length of the sketches the plan asked for.
+        Length of the sketches the plan asked for (0: none).
     bounds : mapping of model key to StreamBounds
         The plan's bounds (returned for a key without updates).
     max_payload_bytes : int
@@ -136,12 +136,11 @@ class IngestRound:
         if message.worker_id in self.dropped:
             raise WireError(RejectReason.LATE, f"{message.worker_id!r} was dropped")
         if isinstance(message, UpdateSummary):
-            sketch = decode_tensors(
-                body,
-                TensorEncoding(),
-                {"sketch": self.sketch_dim},
-                max_bytes=self.max_payload_bytes,
-            )["sketch"]
+            expected = {"sketch": self.sketch_dim} if self.sketch_dim > 0 else {}
+            tensors = decode_tensors(
+                body, TensorEncoding(), expected, max_bytes=self.max_payload_bytes
+            )
+            sketch = tensors.get("sketch")
             update = StreamedUpdate(
                 message.agent_id,
                 message.model_key,

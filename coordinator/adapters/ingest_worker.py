@@ -188,7 +188,11 @@ class IngestWorker:
             clip_factor=plan.clip_factor, clip_norm=plan.clip_norm, weight_cap=plan.weight_cap
         )
         bounds = {k: StreamBounds(b.norm, b.samples) for k, b in plan.bounds.items()}
-        sketcher = UpdateSketcher(plan.n_params, plan.sketch_dim, plan.sketch_seed)
+        sketcher = (
+            UpdateSketcher(plan.n_params, plan.sketch_dim, plan.sketch_seed)
+            if plan.sketch_dim > 0
+            else None
+        )
         stream = UpdateStream(
             plan.server_round, models, policy, bounds, sketcher, raw_means=plan.raw_means
         )
@@ -351,7 +355,6 @@ class IngestWorker:
                 self._count("unfolded")
                 logger.warning("ingest worker %s: %s", self.worker_id, error)
                 continue
-            assert folded.sketch is not None
             message = accepted.message
             summary = UpdateSummary(
                 run_id=message.run_id,
@@ -364,7 +367,8 @@ class IngestWorker:
                 train_loss=message.train_loss,
                 norm=folded.norm,
             )
-            body = encode_tensors({"sketch": folded.sketch}, FLOAT32)
+            sketch = {} if folded.sketch is None else {"sketch": folded.sketch}
+            body = encode_tensors(sketch, FLOAT32)
             self.connection.publish(self._summaries(), encode_frame(summary, body))
             self._count("accepted")
 

@@ -28,8 +28,9 @@ class IngestSettings(BaseModel):
     """The coordinator's ``[ingest]`` section: the ingest workers its fit rounds go through.
 
     With no workers (the default) the coordinator checks, journals and folds every update
-    itself. With workers, the strategy must stream sketches (FLACC, FL+HC, CFL, FAACL, IFCA
-    or JGL with ``pairwise = "sketch"``), and a trimmed mean and differential privacy must be off
+    itself. With workers, the strategy must stream its rounds (FLACC, FL+HC, CFL, FAACL,
+    IFCA or JGL with ``pairwise = "sketch"``, FedAvg or fixed clusters with ``streaming =
+    "on"``), and a trimmed mean and differential privacy must be off
     (:func:`check_ingest_strategy`).
     """
 
@@ -54,8 +55,12 @@ class IngestSettings(BaseModel):
 
 
 INGEST_STRATEGIES = ("cfl", "faacl", "flacc", "flhc", "ifca", "jgl")
-"""Strategies whose fit rounds stream under sketches into sums ingest workers can carry
-(CFL's with the mean of the updates as sent beside them, which its ε₁ reads)."""
+"""Strategies whose fit rounds stream under sketches (``pairwise = "sketch"``) into sums
+ingest workers can carry (CFL's with the mean of the updates as sent beside them, which its
+ε₁ reads)."""
+INGEST_AVERAGING = ("fedavg", "fixed")
+"""Strategies that compare nothing and stream under ``streaming = "on"``: the workers fold
+their updates without sketching them."""
 
 
 def check_ingest_strategy(
@@ -70,20 +75,25 @@ def check_ingest_strategy(
     Raises
     ------
     ValueError
-        The strategy does not take a round's updates as sketches and partial sums, a
-        trimmed mean is asked for (it needs every update at once), or differential privacy
-        is on (its noise is drawn once, over every update).
+        The strategy does not stream its rounds into partial sums, a trimmed mean is asked
+        for (it needs every update at once), or differential privacy is on (its noise is
+        drawn once, over every update).
     """
     built = make_strategy(strategy, fraction=fraction, options=options)
-    pairwise = getattr(built, "pairwise", None)
-    streams = isinstance(built, StreamingStrategy) and built.name in INGEST_STRATEGIES
-    if not streams or pairwise != "sketch":
-        got = strategy if pairwise is None else f"{strategy} with pairwise = {pairwise!r}"
+    if built.name in INGEST_AVERAGING:
+        option, wanted = "streaming", "on"
+    else:
+        option, wanted = "pairwise", "sketch"
+    value = getattr(built, option, None)
+    known = built.name in INGEST_STRATEGIES + INGEST_AVERAGING
+    if not (known and isinstance(built, StreamingStrategy)) or value != wanted:
+        got = strategy if value is None else f"{strategy} with {option} = {value!r}"
         names = ", ".join(repr(name) for name in INGEST_STRATEGIES)
         raise ValueError(
-            "ingest.workers needs a strategy that takes sketches and partial sums: "
-            f"strategy = {names} with strategy_options.pairwise = 'sketch' (got {got}); or "
-            "leave ingest.workers empty"
+            "ingest.workers needs a strategy that streams its rounds: strategy = "
+            f"{names} with strategy_options.pairwise = 'sketch', or 'fedavg' or 'fixed' "
+            f"with strategy_options.streaming = 'on' (got {got}); or leave ingest.workers "
+            "empty"
         )
     if trim_fraction > 0:
         raise ValueError(

@@ -55,7 +55,8 @@ class IngestPlan(_Envelope):
     clip_norm: Annotated[float, Field(ge=0)] = 0.0
     weight_cap: Annotated[float, Field(ge=0)] = 0.0
     bounds: dict[Name, StreamBoundsNote] = Field(default_factory=dict)
-    sketch_dim: Annotated[int, Field(ge=1)]
+    sketch_dim: NonNegative
+    """The count sketch's dimension; 0: the strategy compares nothing, no sketch is drawn."""
     sketch_seed: NonNegative
     raw_means: bool = False
     """Also keep, per model key, the sample-weighted mean of the updates as sent (before
@@ -82,7 +83,8 @@ class IngestReady(_Envelope):
 
 
 class UpdateSummary(_Envelope):
-    """One accepted update, journaled by ``worker_id``; the body holds its unit sketch."""
+    """One accepted update, journaled by ``worker_id``; the body holds its unit sketch
+    (``sketch``; no tensor when the plan's sketch dimension is 0)."""
 
     kind: Literal["update_summary"] = "update_summary"
     worker_id: Name

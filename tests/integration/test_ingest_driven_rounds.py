@@ -114,7 +114,7 @@ def ingest_workers(broker: BrokerSettings, state_dir: Path) -> Iterator[list[Ing
 
 
 FLACC_OPTIONS = {"pairwise": "sketch", "partners": 8, "sketch_epsilon": 0.5}
-STREAMING = {
+STREAMING: dict[str, dict[str, object]] = {
     # the updates step 0.01: their mean across the two groups about 0.007
     "cfl": {
         "pairwise": "sketch",
@@ -126,6 +126,9 @@ STREAMING = {
     "flhc": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_warmup": 1},
     "ifca": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_clusters": 2},
     "jgl": {"pairwise": "sketch", "sketch_epsilon": 0.5, "n_clusters": 2, "batch_size": 8},
+    # compare nothing: the workers fold without sketching
+    "fedavg": {"streaming": "on"},
+    "fixed": {"streaming": "on", "assignment": GROUPS},
     "faacl": {"pairwise": "sketch", "sketch_epsilon": 0.5, "init_rounds": 1},
 }
 """The other strategies ingest workers serve, with options that cluster within 3 rounds."""
@@ -258,12 +261,13 @@ def test_the_other_streaming_strategies_through_two_workers_run_as_one_process(
     assert summary.server_round == ROUNDS
     assert summary.rounds_retried == 0
     # ... the clusters and models are the one process's (CFL's, FL+HC's and JGL's clusters
-    # the groups; IFCA's second model trained by the group that chose it)
+    # the groups; IFCA's second model trained by the group that chose it; the fixed
+    # clusters' by the group assigned to it)
     labels = driven.cluster_labels()
     assert labels == reference.cluster_labels()
     if strategy in ("cfl", "flhc", "jgl"):
         assert labels["a0"] == labels["a1"] != labels["a2"] == labels["a3"]
-    if strategy == "ifca":
+    if strategy in ("ifca", "fixed"):  # both clusters' models averaged from their groups
         assert driven.averaged_.averages == 2
     assert list(driven.models) == list(reference.models)
     for key, model in reference.models.items():

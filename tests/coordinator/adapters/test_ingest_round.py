@@ -235,3 +235,28 @@ def test_a_worker_dropped_after_the_close_cannot_rejoin() -> None:
         round_.on_message("s", ready("w1"))
     assert round_.complete()
     assert round_.dropped == {"w1": ("t1",)}
+
+
+def test_a_round_planned_without_sketches_takes_summaries_without_one() -> None:
+    # Prepare: FedAvg's round: the plan has no sketch
+    round_ = IngestRound("r1", 2, {"global": BASE}, sketch_dim=0, max_payload_bytes=1 << 16)
+    bare = UpdateSummary(
+        run_id="r1",
+        server_round=2,
+        worker_id="w1",
+        task_id="t1",
+        agent_id="a1",
+        model_key="global",
+        num_samples=10,
+        train_loss=0.1,
+        norm=1.0,
+    )
+
+    # Execute
+    round_.on_message("s", encode_frame(bare, encode_tensors({}, TensorEncoding())))
+
+    # Assert: taken without a sketch; one that carries a sketch anyway is refused
+    (update,) = round_.updates()
+    assert (update.client_id, update.sketch) == ("a1", None)
+    with pytest.raises(WireError, match="expected tensors"):
+        round_.on_message("s", summary("w1", "t2", "a2"))

@@ -46,9 +46,19 @@ def coordinator_file(tmp_path: Path, run: str, extra: str = "") -> Path:
     return config
 
 
-@pytest.mark.parametrize("strategy", ["flacc", "flhc", "cfl", "faacl", "ifca", "jgl"])
-def test_a_sketched_streaming_run_takes_ingest_workers(tmp_path: Path, strategy: str) -> None:
-    run = f'strategy = "{strategy}"\nstrategy_options = {{ pairwise = "sketch" }}'
+@pytest.mark.parametrize(
+    ("strategy", "option"),
+    [
+        *(
+            (name, 'pairwise = "sketch"')
+            for name in ("flacc", "flhc", "cfl", "faacl", "ifca", "jgl")
+        ),
+        ("fedavg", 'streaming = "on"'),
+        ("fixed", 'streaming = "on"'),
+    ],
+)
+def test_a_streaming_run_takes_ingest_workers(tmp_path: Path, strategy: str, option: str) -> None:
+    run = f'strategy = "{strategy}"\nstrategy_options = {{ {option} }}'
 
     settings = load_settings(CoordinatorSettings, coordinator_file(tmp_path, run))
 
@@ -64,7 +74,7 @@ def test_without_workers_the_coordinator_ingests_itself() -> None:
 @pytest.mark.parametrize(
     ("run", "extra", "message"),
     [
-        ('strategy = "fedavg"', "", "got fedavg"),
+        ('strategy = "fedavg"', "", "got fedavg with streaming = 'auto'"),
         ('strategy = "flacc"', "", "got flacc with pairwise = 'auto'"),
         ('strategy = "flacc"\nstrategy_options = { pairwise = "exact" }', "", "'exact'"),
         (
