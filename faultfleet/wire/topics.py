@@ -94,6 +94,18 @@ class Topics:
     def all_ingest_summaries(self) -> str:
         return f"{self.root}/ingest/+/summaries"
 
+    def all_ingest_status(self) -> str:
+        return f"{self.root}/ingest/+/status"
+
+    def ingest_worker_of(self, topic: str) -> str | None:
+        """The worker id of a ``{root}/ingest/{worker}/...`` topic, None for any other topic
+        (the plan's included)."""
+        prefix = f"{self.root}/ingest/"
+        if not topic.startswith(prefix) or topic.count("/", len(prefix)) == 0:
+            return None
+        worker = topic[len(prefix) :].split("/", 1)[0]
+        return worker if _NAME.fullmatch(worker) else None
+
     def forwarded_answer(self, worker_id: str, agent_id: str) -> str:
         """Ingest worker → coordinator: an answer of ``agent_id`` other than a fit update
         (evaluation, probe, failure), forwarded unchanged by the worker that received it."""

@@ -52,6 +52,7 @@ topic read faultfleet/v1/coordinator/status
 topic read faultfleet/v1/agents/+/status
 topic read faultfleet/v1/agents/+/heartbeat
 topic read faultfleet/v1/agents/+/diagnoses
+topic read faultfleet/v1/ingest/+/status
 topic deny faultfleet/v1/agents/status/#
 topic deny faultfleet/v1/clusters/#
 user historian

@@ -1,7 +1,8 @@
 """The table ``faultfleet status`` prints from a :meth:`FleetView.snapshot` document.
 
 One line for the coordinator (state, run, strategy, round, campaign: id, trigger, round x of
-y, status, next scheduled, new labelled windows), one row per agent
+y, status, next scheduled, new labelled windows), the ingest workers' states when there are
+any, one row per agent
 (state, last seen, cluster — ``(unverified)`` when it was placed without labels —, serving
 model version, last diagnosis, fault streak), the recent promotions and the machines placed
 when they joined; "—" where a value is not known (yet).
@@ -118,6 +119,11 @@ def render_table(snapshot: dict[str, Any]) -> str:
         if snapshot["agents"]
         else "agents: none heard of",
     ]
+    workers = snapshot["ingest_workers"]
+    if workers:
+        lines.append(
+            "ingest workers: " + ", ".join(f"{w['worker_id']} {w['state']}" for w in workers)
+        )
     if snapshot["agents"]:
         header = [
             "agent",

@@ -1,8 +1,9 @@
 """The fleet as ``faultfleet status`` shows it, folded from the broker's messages.
 
 :class:`FleetView` takes the retained coordinator status, every agent's retained status and
-heartbeat, and (with ``--watch``) the live diagnoses, and answers :meth:`FleetView.snapshot`:
-a JSON-ready dict whose schema (``STATUS_SCHEMA_VERSION``) docs/runtime.md documents. Each
+heartbeat, every ingest worker's retained status, and (with ``--watch``) the live
+diagnoses, and answers :meth:`FleetView.snapshot`: a JSON-ready dict whose schema
+(``STATUS_SCHEMA_VERSION``) docs/runtime.md documents. Each
 agent is ``online``, ``offline`` (``offline_cause``: ``stopped`` when the agent said so,
 ``lost`` when the broker published its last will), ``retired`` or ``unknown`` (heard of by
 its heartbeat only); ``last_seen`` is its newest sign of life (its own status, heartbeat or
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from faultfleet.wire.codec import WireError, parse_envelope
+from faultfleet.wire.ingest_messages import WORKER_STATUS_ADAPTER
 from faultfleet.wire.messages import AgentHeartbeat, AgentStatus, CoordinatorStatus, Diagnosis
 from faultfleet.wire.mqtt import Handler
 from faultfleet.wire.topics import Topics
@@ -68,6 +70,8 @@ class FleetView:
     """Messages skipped because they could not be read."""
     _agents: dict[str, _Agent] = field(default_factory=dict)
     _coordinator: dict[str, Any] | None = None
+    _ingest_workers: dict[str, str] = field(default_factory=dict)
+    """Each ingest worker's retained state (``online``/``offline``), by worker id."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def routes(self, *, live: bool) -> dict[str, Handler]:
@@ -76,6 +80,7 @@ class FleetView:
             self.topics.coordinator_status(): self.on_coordinator_status,
             self.topics.all_agent_status(): self.on_agent_status,
             self.topics.all_heartbeats(): self.on_heartbeat,
+            self.topics.all_ingest_status(): self.on_ingest_status,
         }
         if live:
             routes[self.topics.all_diagnoses()] = self.on_diagnosis
@@ -88,6 +93,16 @@ class FleetView:
         if status is not None:
             with self._lock:
                 self._coordinator = status.model_dump(mode="json")
+
+    def on_ingest_status(self, topic: str, payload: bytes) -> None:
+        status = self._parse(WORKER_STATUS_ADAPTER, topic, payload)
+        if status is None:
+            return
+        if self.topics.ingest_worker_of(topic) != status.worker_id:
+            self._skip(topic, f"it speaks for ingest worker {status.worker_id!r}")
+            return
+        with self._lock:
+            self._ingest_workers[status.worker_id] = status.state
 
     def on_agent_status(self, topic: str, payload: bytes) -> None:
         status = self._parse_agent(_AGENT_STATUS, topic, payload)
@@ -137,6 +152,10 @@ class FleetView:
         with self._lock:
             agents = [agent_row(agent_id, a) for agent_id, a in sorted(self._agents.items())]
             coordinator = coordinator_row(self._coordinator, self.summary)
+            workers = [
+                {"worker_id": worker, "state": state}
+                for worker, state in sorted(self._ingest_workers.items())
+            ]
             unreadable = self.unreadable
         placed = {p["agent_id"]: p for p in (coordinator or {}).get("placements", [])}
         for row in agents:
@@ -152,6 +171,7 @@ class FleetView:
             "coordinator": coordinator,
             "counts": counts,
             "agents": agents,
+            "ingest_workers": workers,
             "unreadable_messages": unreadable,
         }
 

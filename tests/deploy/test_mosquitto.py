@@ -143,6 +143,7 @@ def test_the_status_account_reads_the_fleet_but_no_task_result_or_model(
         f"{ROOT}/coordinator/status",
         f"{ROOT}/agents/m01/status",
         f"{ROOT}/agents/m01/heartbeat",
+        f"{ROOT}/ingest/ingest-1/status",
         f"{ROOT}/agents/m01/diagnoses",
     ]
     hidden = [
@@ -150,6 +151,9 @@ def test_the_status_account_reads_the_fleet_but_no_task_result_or_model(
         f"{ROOT}/agents/m01/results",
         f"{ROOT}/agents/m01/assignment",
         f"{ROOT}/clusters/cluster-0/model",
+        f"{ROOT}/ingest/plan",
+        f"{ROOT}/ingest/ingest-1/summaries",
+        f"{ROOT}/ingest/ingest-1/answers/m01",
     ]
     with login(broker, "coordinator") as coordinator, login(broker, "status") as status:
         status.subscribe(f"{ROOT}/#")
@@ -170,6 +174,7 @@ def test_the_status_account_writes_nothing(broker: RunningBroker) -> None:
         f"{ROOT}/agents/m01/status",
         f"{ROOT}/agents/m01/heartbeat",
         f"{ROOT}/agents/m01/diagnoses",
+        f"{ROOT}/ingest/ingest-1/status",
         f"{ROOT}/agents/m01/tasks",
         f"{ROOT}/agents/status/results",
         f"{ROOT}/clusters/cluster-0/model",

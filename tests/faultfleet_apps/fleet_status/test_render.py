@@ -20,6 +20,7 @@ def snapshot(agents: list[dict[str, Any]], coordinator: dict[str, Any] | None) -
         "coordinator": coordinator,
         "counts": counts,
         "agents": agents,
+        "ingest_workers": [],
         "unreadable_messages": 0,
     }
 
@@ -253,3 +254,22 @@ def test_placed_machines_say_where_and_why_and_an_unverified_one_is_flagged() ->
         "  m09 on cluster-0 v5: the cluster of most machines, unverified: it holds no "
         "labelled windows (placed 5 s ago)"
     )
+
+
+def test_ingest_workers_get_a_line_of_their_states_when_there_are_any() -> None:
+    # Prepare
+    without = snapshot([row("m00", "online")], None)
+    with_workers = without | {
+        "ingest_workers": [
+            {"worker_id": "ingest-1", "state": "online"},
+            {"worker_id": "ingest-2", "state": "offline"},
+        ]
+    }
+
+    # Execute
+    plain, shown = render_table(without).splitlines(), render_table(with_workers).splitlines()
+
+    # Assert: the line after the agents' counts, and none without workers
+    assert shown[2] == "ingest workers: ingest-1 online, ingest-2 offline"
+    assert not any(line.startswith("ingest workers") for line in plain)
+    assert len(shown) == len(plain) + 1

@@ -10,6 +10,7 @@ import pytest
 from paho.mqtt.client import topic_matches_sub
 
 from faultfleet.wire.campaign_messages import CampaignNote, PlacementNote, PromotionNote
+from faultfleet.wire.ingest_messages import IngestWorkerStatus
 from faultfleet.wire.messages import AgentHeartbeat, AgentStatus, CoordinatorStatus, Diagnosis
 from faultfleet.wire.topics import Topics
 from faultfleet_apps.fleet_status.view import STATUS_SCHEMA_VERSION, FleetView
@@ -294,3 +295,28 @@ def test_an_agent_carries_the_placement_the_coordinator_reported() -> None:
     }
     assert rows["m00"]["placement"] is None
     assert snapshot["coordinator"]["placements"][0]["agent_id"] == "m07"
+
+
+def worker_status(worker: str, state: str) -> bytes:
+    return IngestWorkerStatus(worker_id=worker, state=state).model_dump_json().encode()  # type: ignore[arg-type]
+
+
+def test_ingest_workers_are_listed_by_their_retained_status() -> None:
+    # Execute: two workers, one gone (its last will), one misaddressed, one cleared
+    snapshot = fold(
+        (TOPICS.ingest_status("ingest-2"), worker_status("ingest-2", "offline")),
+        (TOPICS.ingest_status("ingest-1"), worker_status("ingest-1", "online")),
+        (TOPICS.ingest_status("ingest-3"), worker_status("ingest-1", "offline")),
+        (TOPICS.ingest_status("ingest-4"), b""),
+    )
+
+    # Assert: sorted by worker id; the misaddressed one skipped and counted
+    assert snapshot["ingest_workers"] == [
+        {"worker_id": "ingest-1", "state": "online"},
+        {"worker_id": "ingest-2", "state": "offline"},
+    ]
+    assert snapshot["unreadable_messages"] == 1
+
+
+def test_a_plant_without_ingest_workers_lists_none() -> None:
+    assert fold((TOPICS.agent_status("m01"), status("m01", "online", 1.0)))["ingest_workers"] == []
