@@ -15,6 +15,7 @@ stops reading, TCP pushes back on the broker, and the broker holds the messages 
 from __future__ import annotations
 
 import threading
+import time
 
 ANSWER_BUDGET_BYTES = 256 * 1024 * 1024
 """Bytes of received answers held at once (queued for checking or for the journal).
@@ -69,6 +70,15 @@ class ByteBudget:
             self._held += n_bytes
             self._peak = max(self._peak, self._held)
             return True
+
+    def take_waiting(self, n_bytes: int) -> float:
+        """:meth:`take` ``n_bytes``, waiting as long as it takes; returns the seconds waited
+        (0.0 when they fitted at once), what a back-pressure metric counts."""
+        if self.take(n_bytes, timeout_s=0):
+            return 0.0
+        started = time.monotonic()
+        self.take(n_bytes)
+        return time.monotonic() - started
 
     def give_back(self, n_bytes: int) -> None:
         """Give back ``n_bytes`` taken earlier.

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -269,10 +268,9 @@ class IngestWorker:
         """Network thread: queue a message for the checking thread of its agent, once the
         messages held leave room for it (:attr:`held`)."""
         agent = self.topics.agent_of(topic) or topic
-        if not self.held.take(len(payload), timeout_s=0):  # full: wait for the journal
-            started = time.monotonic()
-            self.held.take(len(payload))
-            self.metrics.answers_backpressure_seconds.inc(time.monotonic() - started)
+        waited = self.held.take_waiting(len(payload))  # while full: wait for the journal
+        if waited:
+            self.metrics.answers_backpressure_seconds.inc(waited)
         self._workers.call(agent, lambda: self._check_held(topic, payload))
 
     def _check_held(self, topic: str, payload: bytes) -> None:

@@ -291,10 +291,9 @@ class AnswerCollector(OpenTasks):
         over :attr:`held`'s budget). The message's bytes are held until it is refused, or
         journaled and taken."""
         agent = self.topics.agent_of(topic) or topic
-        if not self.held.take(len(payload), timeout_s=0):  # full: wait for the journal
-            started = time.monotonic()
-            self.held.take(len(payload))
-            self.metrics.answers_backpressure_seconds.inc(time.monotonic() - started)
+        waited = self.held.take_waiting(len(payload))  # while full: wait for the journal
+        if waited:
+            self.metrics.answers_backpressure_seconds.inc(waited)
         self._workers.call(agent, lambda: self._check_held(topic, payload))
 
     def _check_held(self, topic: str, payload: bytes) -> None:

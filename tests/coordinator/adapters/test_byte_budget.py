@@ -63,6 +63,23 @@ def test_a_waiting_taker_goes_on_once_bytes_are_given_back() -> None:
     assert budget.held == 50
 
 
+def test_take_waiting_says_how_long_it_waited() -> None:
+    # Prepare: room for the first take; the second waits until a timer gives back
+    budget = ByteBudget(100)
+    at_once = budget.take_waiting(80)
+    timer = threading.Timer(0.2, budget.give_back, args=(80,))
+
+    # Execute
+    timer.start()
+    waited = budget.take_waiting(50)
+    timer.join(5)
+
+    # Assert
+    assert at_once == 0.0
+    assert waited >= 0.15
+    assert budget.held == 50
+
+
 def test_giving_back_more_than_is_held_is_refused() -> None:
     budget = ByteBudget(100)
     budget.take(10)
