@@ -57,7 +57,7 @@ from faultfleet.wire.messages import ModelSpec, TensorEncoding
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.topics import Topics
-from faultfleet_apps.brokers.launch import RunningBroker, start_broker
+from faultfleet_apps.brokers.launch import RunningBroker, free_port, start_broker
 
 SAMPLE_SHAPE = (1, 1024)
 N_CLASSES = 12
@@ -68,16 +68,24 @@ def start_workers(
     count: int, broker: RunningBroker, state_dir: Path, check_threads: int
 ) -> list[subprocess.Popen[bytes]]:
     """``count`` ingest-worker processes on ``broker``, journaling under ``state_dir``, each
-    checking updates in ``check_threads`` threads."""
+    checking updates in ``check_threads`` threads and serving its metrics on a port of its
+    own, as a deployment would (nobody scrapes them here)."""
     config = state_dir / "ingest.toml"
     config.write_text(
         f'worker_id = "w0"\nstate_dir = "{state_dir}"\ncheck_threads = {check_threads}\n'
         f'[broker]\nhost = "{broker.host}"\nport = {broker.port}\n'
+        '[metrics]\nhost = "127.0.0.1"\n'
     )
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "faultfleet_apps.cli.main", "ingest-worker"]
     return [
-        subprocess.Popen([*command, "--config", str(config), "--worker-id", f"w{k}"], env=env)
+        subprocess.Popen(
+            [
+                *(*command, "--config", str(config), "--worker-id", f"w{k}"),
+                *("--metrics-port", str(free_port())),
+            ],
+            env=env,
+        )
         for k in range(count)
     ]
 
@@ -123,7 +131,11 @@ def workers_run(
         stream = UpdateStream(1, {"global": work.weights}, DEFAULT_POLICY, {}, sketcher)
         merged = coordinator.open_round("raw", stream)
         if not coordinator.wait_for(lambda r: len(r.ready()) == count, 180):
-            raise RuntimeError(f"{count} ingest workers did not take the plan within 180 s")
+            ended = [w.returncode for w in workers if w.poll() is not None]
+            raise RuntimeError(
+                f"{count} ingest workers did not take the plan within 180 s "
+                f"({len(ended)} ended, exit statuses {ended})"
+            )
         work.pipe.send(("run", "raw", *work.command))
         if not coordinator.wait_for(lambda r: len(r.updates()) == n, WAIT_S):
             raise RuntimeError(f"{len(merged.updates())} of {n} summaries arrived")
