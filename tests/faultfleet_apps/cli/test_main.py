@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,24 @@ def test_an_ingest_worker_without_a_worker_id_is_a_usage_error(
 
     assert status == 2
     assert "worker_id" in capsys.readouterr().err
+
+
+def test_an_ingest_worker_whose_metrics_port_is_taken_stops_at_once_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Prepare: another process's listener on the port the command line gives
+    config = tmp_path / "ingest.toml"
+    config.write_text('worker_id = "w1"\n[metrics]\nhost = "127.0.0.1"\n')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        # Execute
+        status = main(["ingest-worker", "--config", str(config), "--metrics-port", str(port)])
+
+    # Assert: a user error before the worker connects, the port and the way out named
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"metrics.port {port} is already in use" in err
+    assert "0 to switch metrics off" in err
