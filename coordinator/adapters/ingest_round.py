@@ -294,25 +294,28 @@ class IngestRound:
         sums: dict[str, Float64Array] = {}
         weights: dict[str, float] = {}
         reports: dict[str, AggregateReport] = {}
-        raw_sums: dict[str, Float64Array | None] = {}
+        raw_sums: dict[str, Float64Array | None] = {}  # None: a worker sent no raw mean
         raw_weights: dict[str, float] = {}
         for p, tensors in parts:
             key = p.model_key
             if key not in sums:
                 sums[key] = np.zeros(len(self.models[key]), dtype=np.float64)
                 weights[key], reports[key] = 0.0, AggregateReport()
-                raw_sums[key], raw_weights[key] = np.zeros_like(sums[key]), 0.0
             sums[key] += p.weight * tensors["mean"].astype(np.float64)
             weights[key] += p.weight
             reports[key] += AggregateReport(p.updates, p.clipped, p.capped)
-            raw = raw_sums[key]
-            if raw is None or p.raw_weight is None:
-                raw_sums[key] = None  # one worker sent none: no raw total
-            else:
+            if p.raw_weight is None:
+                raw_sums[key] = None
+            elif key not in raw_sums:
+                raw_sums[key] = p.raw_weight * tensors["raw_mean"].astype(np.float64)
+                raw_weights[key] = p.raw_weight
+            elif (raw := raw_sums[key]) is not None:
                 raw += p.raw_weight * tensors["raw_mean"].astype(np.float64)
                 raw_weights[key] += p.raw_weight
         return {
-            k: PartialTotal(sums[k], weights[k], reports[k], raw_sums[k], raw_weights[k])
+            k: PartialTotal(
+                sums[k], weights[k], reports[k], raw_sums.get(k), raw_weights.get(k, 0.0)
+            )
             for k in sums
         }
 

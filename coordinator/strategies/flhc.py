@@ -66,7 +66,6 @@ Decisions on points the paper leaves open (the paper is not in ``shared/papers``
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -93,12 +92,13 @@ from coordinator.strategies.sketch import sketch_cosine_matrix
 from coordinator.strategies.streaming import (
     FoldedRound,
     StreamBounds,
-    StreamedUpdate,
     UpdateStream,
     bounds_state,
     fold_all,
     fold_averages,
     load_bounds,
+    unit_sketches,
+    vector_norm,
 )
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
@@ -321,7 +321,7 @@ class FLHC(Strategy):
                 server_round,
                 clients,
                 np.stack([sketcher.unit_sketch(d) for d in deltas]),
-                np.array([math.sqrt(max(float(np.dot(d, d)), 0.0)) for d in deltas]),
+                np.array([vector_norm(d) for d in deltas]),
             )
         for position in range(int(labels.max()) + 1):
             members = [r for r, label in zip(results, labels, strict=True) if label == position]
@@ -416,7 +416,7 @@ class FLHC(Strategy):
         labels = self._settle_sketched(
             server_round,
             [u.client_id for u in updates],
-            np.stack([_unit_sketch(u) for u in updates]),
+            np.stack(unit_sketches(updates)),
             np.array([u.norm for u in updates]),
         )
         start, bounds = self.models_[GLOBAL], self.stream_bounds_.get(GLOBAL, StreamBounds())
@@ -506,9 +506,3 @@ class FLHC(Strategy):
             np.full((m, m), np.nan) if saved is None else np.array(saved, dtype=np.float64)
         )
         self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))
-
-
-def _unit_sketch(update: StreamedUpdate) -> FloatArray:
-    if update.sketch is None:
-        raise ValueError(f"the update of {update.client_id!r} was folded without a sketch")
-    return update.sketch

@@ -167,7 +167,7 @@ class UpdateStream:
                 f"expected {base.shape}"
             )
         delta = np.subtract(result.weights, base, dtype=np.float32)
-        norm = math.sqrt(max(float(np.dot(delta, delta)), 0.0))
+        norm = vector_norm(delta)
         sketch = self.sketcher.unit_sketch(delta) if self.sketcher is not None else None
         weight, scale, capped = self._weight_and_scale(result, norm)
         raw = self._raw_term(result, delta)
@@ -205,7 +205,7 @@ class UpdateStream:
         """
         key = (result.client_id, result.model_key)
         delta = np.subtract(result.weights, self.models[result.model_key], dtype=np.float32)
-        norm = math.sqrt(max(float(np.dot(delta, delta)), 0.0))
+        norm = vector_norm(delta)
         weight, scale, capped = self._weight_and_scale(result, norm)
         raw = self._raw_term(result, delta)
         delta *= np.float32(weight * scale)
@@ -306,7 +306,7 @@ class UpdateStream:
             else:
                 total, weight = self._sums[key], self._weights[key]
             mean = total / weight if weight > 0 else np.zeros_like(total)
-        return math.sqrt(max(float(np.dot(mean, mean)), 0.0))
+        return vector_norm(mean)
 
     def _sum_of(self, key: str, base: FloatArray) -> Float64Array:
         """Model ``key``'s running sum, started at zero the first time (not with setdefault,
@@ -401,6 +401,12 @@ class UpdateStream:
     def next_bounds(self, key: str) -> StreamBounds:
         """The medians this round measured for ``key``: the next round's bounds."""
         return lower_medians(self.updates(), key, self.bounds.get(key, StreamBounds()))
+
+
+def vector_norm(vector: FloatArray | Float64Array) -> float:
+    """‖vector‖ from one dot product in the vector's own precision (what a stream keeps as an
+    update's norm)."""
+    return math.sqrt(max(float(np.dot(vector, vector)), 0.0))
 
 
 def unit_sketches(updates: Sequence[StreamedUpdate]) -> list[FloatArray]:

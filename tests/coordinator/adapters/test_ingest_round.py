@@ -195,6 +195,21 @@ def test_partial_sums_without_raw_means_are_refused_by_a_stream_that_keeps_them(
     with pytest.raises(ValueError, match="raw means"):
         keeping.absorb((), round_.totals())
 
+    # ... and so are they when only one of two workers carries them, whichever came first
+    def one_update(raw_means: bool) -> UpdateStream:
+        stream = UpdateStream(
+            2, {"global": BASE}, AggregationPolicy(clip_norm=1.0), {}, raw_means=raw_means
+        )
+        stream.add(FitResult("a2", "global", np.full(6, 2, np.float32), None, 1, 0.1, base=BASE))
+        return stream
+
+    for first, second in ((True, False), (False, True)):
+        mixed = IngestRound("r1", 2, {"global": BASE}, sketch_dim=3, max_payload_bytes=1 << 16)
+        mixed.close_message()
+        mixed.on_message("s", worker_partial("w1", one_update(first)))
+        mixed.on_message("s", worker_partial("w2", one_update(second)))
+        assert mixed.totals()["global"].raw_total is None
+
 
 def ready(worker: str) -> bytes:
     return encode_frame(IngestReady(run_id="r1", server_round=2, worker_id=worker))
