@@ -314,6 +314,19 @@ class Strategy(ABC):
                 raise ValueError(f"result from unknown client {u.client_id!r}")
         return updates
 
+    def _answered_once(self, stream: FoldedRound) -> tuple[StreamedUpdate, ...]:
+        """:meth:`_known_updates`, of strategies where a client trains one model a round.
+
+        Raises
+        ------
+        ValueError
+            An unknown client, or a client that answered more than once.
+        """
+        updates = self._known_updates(stream)
+        if len({u.client_id for u in updates}) != len(updates):
+            raise ValueError("a client answered more than once in one round")
+        return updates
+
     def _average(self, results: Sequence[FitResult]) -> FloatArray:
         """One model from ``results`` (trained from one model) under :attr:`averaging`."""
         average, self.averaged_ = self.averaging.average(results, self.averaged_)

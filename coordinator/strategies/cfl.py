@@ -310,10 +310,7 @@ class CFL(Strategy):
         self, server_round: int, stream: FoldedRound, failures: Sequence[Failure]
     ) -> None:
         """The round's reaction to the updates folded into ``stream`` (sketch mode)."""
-        updates = stream.updates()
-        if len({u.client_id for u in updates}) != len(updates):
-            raise ValueError("a client answered more than once in one round")
-        for u in updates:
+        for u in self._answered_once(stream):
             self._check_key(u.client_id, u.model_key)
         self._aggregate_stream(server_round, stream)
 
