@@ -15,8 +15,9 @@ bipartition; sketches remove the n of the N²·n, not the N². Pick the
 fleet sizes accordingly (``docs/federated.md`` gives how far they reached here);
 ``--rounds`` is capped at 2 for FL+HC. ``--strategy jgl`` (K = 6, c = 0.25) includes its
 gradient probe: every sampled agent answers with a loss of 1 and minus its own update as
-the gradient of each model (K arrays held, as the coordinator receives them; their making is
-not timed).
+the gradient of each model (K arrays, as the coordinator receives them; their making is not
+timed), each answer handed to the probe's stream as it is made on the sketch path, as the
+coordinator does, and held as a list on the exact one.
 
 The server step is everything the coordinator does with a round's updates once they are
 decoded: sample the round (c = 0.25), fold every update into the running sum of its model
@@ -183,13 +184,16 @@ def probe(
 ) -> float:
     """JGL's probe (every other strategy has none): each sampled agent answers with a loss
     of 1 for every model and minus its own update as the gradient of each (it asks every
-    model to move the way its group moves), as the coordinator receives them. Returns the
-    CPU seconds spent making the answers, which are not the server's."""
+    model to move the way its group moves), as the coordinator receives them: handed to the
+    probe's stream as each arrives on the sketch path (the coordinator's), held as a list
+    on the exact one. Returns the CPU seconds spent making the answers, which are not the
+    server's."""
     if not strategy.probes:
         return 0.0
     assert isinstance(strategy, JointGradientLoss)
     generating = 0.0
     request = strategy.configure_probe(server_round, 0, ids, rng)
+    stream = strategy.open_probe_stream(server_round, 0)
     answers = []
     for instruction in request or ():
         made = time.process_time()
@@ -197,11 +201,17 @@ def probe(
         gradient = -fleet.delta(agent)
         keys = instruction.model_keys
         gradients = {key: gradient.copy() for key in keys}  # K arrays, as received
-        answers.append(
-            GradientResult(instruction.client_id, dict.fromkeys(keys, 1.0), gradients, 32)
-        )
+        answer = GradientResult(instruction.client_id, dict.fromkeys(keys, 1.0), gradients, 32)
         generating += time.process_time() - made
-    strategy.aggregate_probe(server_round, 0, answers, ())
+        if stream is None:
+            answers.append(answer)
+        else:
+            stream.add(answer)
+        del answer, gradients
+    if stream is None:
+        strategy.aggregate_probe(server_round, 0, answers, ())
+    else:
+        strategy.aggregate_probe_stream(server_round, 0, stream, ())
     return generating
 
 

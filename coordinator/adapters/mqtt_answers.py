@@ -49,9 +49,10 @@ from coordinator.adapters.open_tasks import OpenTasks
 from coordinator.adapters.round_tasks import Pending, Write, excess_samples
 from coordinator.adapters.task_frames import Frame
 from coordinator.adapters.task_resend import send_again
+from coordinator.strategies.probe_streaming import GradientStream
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
-from faultfleet.tasks import FitResult
+from faultfleet.tasks import FitResult, GradientResult
 from faultfleet.wire.codec import (
     RejectReason,
     WireError,
@@ -153,6 +154,9 @@ class AnswerCollector(OpenTasks):
         )
         self.stream: UpdateStream | None = None
         """Where updates go instead of their tasks' results (set per round by the fleet)."""
+        self.probe_stream: GradientStream | None = None
+        """Where gradient probe answers go instead of their tasks' results (set per probe
+        step by the fleet)."""
         self._workers = AnswerWorkers(check_threads, name="answer-check")
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -386,15 +390,23 @@ class AnswerCollector(OpenTasks):
         self.held.give_back(sum(len(w.payload) for w in writes if w.held))
 
     def _settle(self, writes: Sequence[Write]) -> None:
-        """Count journaled (or replayed) answers; with a stream, fold updates into it
-        instead of keeping them, so their weights (and messages) are freed at once."""
-        stream = self.stream
+        """Count journaled (or replayed) answers; with a stream, fold updates (with a probe
+        stream, hand gradient answers) into it instead of keeping them, so their weights
+        (and messages) are freed at once."""
+        stream, probe_stream = self.stream, self.probe_stream
         for write in writes:
             if stream is not None and isinstance(write.result, FitResult):
                 try:
                     stream.add(write.result)
                 except ValueError as error:
                     self.fail(write.pending.task_id, f"its update could not be folded: {error}")
+                    continue
+                write.pending.streamed = True
+            elif probe_stream is not None and isinstance(write.result, GradientResult):
+                try:
+                    probe_stream.add(write.result)
+                except ValueError as error:
+                    self.fail(write.pending.task_id, f"its probe answer was refused: {error}")
                     continue
                 write.pending.streamed = True
         with self._answered:

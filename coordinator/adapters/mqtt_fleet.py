@@ -9,7 +9,9 @@ journal writer thread), :meth:`MqttFleet.close` stops; the fleet is also a conte
 A streaming strategy's updates (:meth:`MqttFleet.fit_streaming`) are folded into its stream
 as soon as they are journaled, and their messages freed. Probes (losses and gradient tasks,
 :mod:`coordinator.adapters.mqtt_probes`) and evaluations
-are collected the same way but not journaled. Updates the journal holds for a round
+are collected the same way but not journaled; a streamed gradient probe's answers
+(:meth:`MqttFleet.gradients_streaming`) are handed to the strategy's probe stream as soon as
+they are checked, and their messages freed. Updates the journal holds for a round
 interrupted by a restart are replayed from there, not asked for again.
 
 With ingest workers (``ingest``, :mod:`coordinator.adapters.ingest_fleet`) a streaming
@@ -35,6 +37,7 @@ from coordinator.adapters.mqtt_probes import gradient_outcome, losses_outcome
 from coordinator.adapters.presence import AgentRegistry
 from coordinator.adapters.round_tasks import Pending, QuorumError
 from coordinator.adapters.task_frames import Frame, TaskFrames
+from coordinator.strategies.probe_streaming import GradientStream
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.clock import SYSTEM_CLOCK, Clock
 from faultfleet.errors import UsageError
@@ -299,6 +302,22 @@ class MqttFleet:
         frames = self.frames.gradients(server_round, tasks)
         outcome = gradient_outcome(*self._dispatch(frames, replay={}))
         self._check_quorum(server_round, "gradient answers", tasks, outcome.results)
+        return outcome
+
+    def gradients_streaming(
+        self, server_round: int, tasks: Sequence[GradientTask], stream: GradientStream
+    ) -> GradientOutcome:
+        """As :meth:`gradients`, each answer handed to ``stream`` once checked and not kept
+        (one the stream refuses fails its task): the outcome's results are empty."""
+        frames = self.frames.gradients(server_round, tasks)
+        with self._dispatching:
+            self.answers.probe_stream = stream
+            try:
+                collection, bytes_down = self.answers.dispatch(frames, replay={})
+            finally:
+                self.answers.probe_stream = None
+        outcome = gradient_outcome(collection, bytes_down)
+        self._check_quorum_of(server_round, "gradient answers", tasks, set(stream.answered()))
         return outcome
 
     def _check_quorum(

@@ -13,7 +13,8 @@ any other fleet's results are folded by the engine.
 
 Strategies that place clients by probing them — per-sample losses of several models
 (FAACL), or the loss and gradient of every cluster model on one mini-batch (joint gradient
-and loss clustering) — need a :class:`ProbingFleet`, which adds those two task kinds.
+and loss clustering) — need a :class:`ProbingFleet`, which adds those two task kinds; a
+:class:`StreamingProbeFleet` also hands gradient answers to a stream as they arrive.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from coordinator.strategies.probe_streaming import GradientStream
 from coordinator.strategies.streaming import UpdateStream
 from faultfleet.tasks import (
     EvaluateOutcome,
@@ -86,4 +88,18 @@ class StreamingFleet(Fleet, Protocol):
         """As :meth:`Fleet.fit`, every accepted update folded into ``stream`` instead of
         returned: the outcome's results are empty; the round's quorum applies to the
         updates folded."""
+        ...
+
+
+@runtime_checkable
+class StreamingProbeFleet(ProbingFleet, Protocol):
+    """A :class:`ProbingFleet` that hands each gradient answer to a stream as it arrives and
+    keeps none (:class:`~coordinator.adapters.mqtt_fleet.MqttFleet` does)."""
+
+    def gradients_streaming(
+        self, server_round: int, tasks: Sequence[GradientTask], stream: GradientStream
+    ) -> GradientOutcome:
+        """As :meth:`ProbingFleet.gradients`, every answer taken into ``stream`` instead of
+        returned (one that ``stream`` refuses counts as its device's failure): the
+        outcome's results are empty; the round's quorum applies to the answers taken."""
         ...

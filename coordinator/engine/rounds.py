@@ -4,7 +4,9 @@ The engine does not know how it talks to clients (in process or over MQTT) nor h
 are clustered (the :class:`~coordinator.strategies.base.Strategy` decides). Per round it
 
 0. for strategies that probe clients, runs probe steps until the strategy has what it
-   needs (``configure_probe`` / ``aggregate_probe``),
+   needs (``configure_probe`` / ``aggregate_probe``; a strategy that streams its gradient
+   probes, :class:`~coordinator.strategies.probe_streaming.StreamingProbeStrategy`, has each
+   answer taken into its stream as it arrives or in client order, ``aggregate_probe_stream``),
 1. asks the strategy which clients to sample among the available ones and which model
    each trains (``configure_round``),
 2. fills in the weights, the training configuration and a per-client seed derived from the
@@ -29,9 +31,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from coordinator.engine.fleet import Fleet, ProbingFleet, StreamingFleet
+from coordinator.engine.fleet import Fleet, ProbingFleet, StreamingFleet, StreamingProbeFleet
 from coordinator.engine.state import EngineState
 from coordinator.strategies.base import Strategy, StrategyState
+from coordinator.strategies.probe_streaming import GradientStream, StreamingProbeStrategy
 from coordinator.strategies.streaming import StreamingStrategy, UpdateStream, fold_all
 from faultfleet.errors import UsageError
 from faultfleet.scoring import mean_client_accuracy
@@ -260,21 +263,41 @@ class RoundEngine:
             )
             if not request:
                 return steps, bytes_down, bytes_up, tuple(failures)
-            outcome = self._run_probe(server_round, steps, request)
-            # one kind per step, so the sorted list is all losses or all gradient results
-            ordered = cast(
-                ProbeResults, sorted(outcome.results, key=lambda r: self._order(r.client_id))
-            )
-            self.strategy.aggregate_probe(server_round, steps, ordered, outcome.failures)
+            stream = self._open_probe_stream(server_round, steps, request)
+            outcome = self._run_probe(server_round, steps, request, stream)
+            if stream is not None:
+                assert isinstance(self.strategy, StreamingProbeStrategy)
+                self.strategy.aggregate_probe_stream(server_round, steps, stream, outcome.failures)
+            else:
+                # one kind per step, so the sorted list is all losses or all gradient results
+                ordered = cast(
+                    ProbeResults, sorted(outcome.results, key=lambda r: self._order(r.client_id))
+                )
+                self.strategy.aggregate_probe(server_round, steps, ordered, outcome.failures)
             failures.extend(outcome.failures)
             bytes_down += outcome.bytes_down
             bytes_up += outcome.bytes_up
             steps += 1
 
-    def _run_probe(
+    def _open_probe_stream(
         self, server_round: int, step: int, request: ProbeInstructions
+    ) -> GradientStream | None:
+        if isinstance(self.strategy, StreamingProbeStrategy) and all(
+            isinstance(i, GradientInstruction) for i in request
+        ):
+            return self.strategy.open_probe_stream(server_round, step)
+        return None
+
+    def _run_probe(
+        self,
+        server_round: int,
+        step: int,
+        request: ProbeInstructions,
+        stream: GradientStream | None,
     ) -> LossesOutcome | GradientOutcome:
-        """One probe step on the fleet, the weights and (for gradients) the seeds filled in."""
+        """One probe step on the fleet, the weights and (for gradients) the seeds filled in;
+        with a stream, every gradient answer taken into it (by the fleet as it arrives, or
+        here in client order) and none returned."""
         fleet = self.fleet
         assert isinstance(fleet, ProbingFleet)  # checked in __init__
         models = self.strategy.models
@@ -290,19 +313,24 @@ class RoundEngine:
                 ],
             )
         if all(isinstance(i, GradientInstruction) for i in request):
-            return fleet.gradients(
-                server_round,
-                [
-                    GradientTask(
-                        i.client_id,
-                        {k: models[k] for k in i.model_keys},
-                        i.batch_size,
-                        client_seed(self.seed, server_round, f"{i.client_id}#probe{step}"),
-                    )
-                    for i in request
-                    if isinstance(i, GradientInstruction)
-                ],
-            )
+            tasks = [
+                GradientTask(
+                    i.client_id,
+                    {k: models[k] for k in i.model_keys},
+                    i.batch_size,
+                    client_seed(self.seed, server_round, f"{i.client_id}#probe{step}"),
+                )
+                for i in request
+                if isinstance(i, GradientInstruction)
+            ]
+            if stream is None:
+                return fleet.gradients(server_round, tasks)
+            if isinstance(fleet, StreamingProbeFleet):
+                return fleet.gradients_streaming(server_round, tasks, stream)
+            outcome = fleet.gradients(server_round, tasks)
+            for result in sorted(outcome.results, key=lambda r: self._order(r.client_id)):
+                stream.add(result)
+            return GradientOutcome((), outcome.failures, outcome.bytes_down, outcome.bytes_up)
         raise TypeError(
             f"strategy {self.strategy.name!r} mixed losses and gradient instructions in one "
             "probe step; send one kind per step"

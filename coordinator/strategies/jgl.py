@@ -56,7 +56,11 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
   sketches the fit round *streams* (:meth:`JointGradientLoss.open_stream`,
   :mod:`.streaming`): each update is folded into its cluster's running sum as it arrives,
   and Δw_k is the new average minus the old model (or the members' probe gradients), as
-  in the list. The probe's answers, K gradients per device, are still taken as a list.
+  in the list. The probe streams too (:meth:`JointGradientLoss.open_probe_stream`,
+  :mod:`.jgl_probe`): each device's answer is checked, its identity chosen by eq. 4 and its
+  K gradients sketched as it arrives, and the gradients are let go (kept under
+  ``reference="gradient"``, which averages them after training); identities, metrics and
+  evidence equal the list's.
 - **Joining.** A device joining later takes the identity of the model it was assigned
   (else none: it is not placed yet) until its first probe places it by eq. 4.
 """
@@ -64,7 +68,7 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -74,14 +78,15 @@ from coordinator.strategies.jgl_identity import (
     PARAMETERS,
     Reference,
     Similarity,
-    descent_similarity,
     fill_empty_clusters,
-    identity_scores,
 )
+from coordinator.strategies.jgl_probe import GradientProbe, check_answer, choose_identity
 from coordinator.strategies.joining import grow_square, keep_square
 from coordinator.strategies.keys import cluster_key, cluster_number
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import Param
+from coordinator.strategies.probe_streaming import GradientStream
+from coordinator.strategies.sketch import sketch_cosine_matrix
 from coordinator.strategies.streaming import (
     FoldedRound,
     StreamBounds,
@@ -207,72 +212,106 @@ class JointGradientLoss(Strategy):
         results: ProbeResults,
         failures: Sequence[Failure],
     ) -> None:
-        """Each answering device's identity by eq. 4; failed devices get none this round."""
-        if server_round != self.probe_round_ or step != 0:
-            raise ValueError(
-                f"probe answers for round {server_round} step {step}, but the probe sent was "
-                f"round {self.probe_round_} step 0"
-            )
-        keys = list(self.models_)
-        use_similarity = bool(self.has_update_.all())
-        chosen: dict[str, int] = {}
-        similarities: list[float] = []
-        self.probe_gradients_ = {}
+        """Each answering device's identity by eq. 4; failed devices get none this round.
+
+        Under sketches the answers go through the probe's stream
+        (:meth:`open_probe_stream`), in the order given, as a live probe takes them.
+        """
+        self._check_probe_round(server_round, step)
         for r in results:
             if not isinstance(r, GradientResult):
                 raise TypeError(f"jgl probes for gradients, got {type(r).__name__}")
-            self._check_probe_answer(r, keys, chosen)
-            losses = np.array([r.losses[k] for k in keys], dtype=np.float64)
-            similarity = np.zeros(len(keys))
-            if use_similarity:
-                gradients = np.stack([np.asarray(r.gradients[k], np.float64) for k in keys])
-                similarity = descent_similarity(gradients, self.last_update_, self.similarity)
-            k = int(np.argmax(identity_scores(losses, similarity, self.lam)))
+        stream = self.open_probe_stream(server_round, step)
+        if stream is not None:
+            for r in results:
+                stream.add(cast(GradientResult, r))
+            self.aggregate_probe_stream(server_round, step, stream, failures)
+            return
+        keys = list(self.models_)
+        last_update = self._reference_updates()
+        chosen: dict[str, int] = {}
+        similarities: list[float] = []
+        self.probe_gradients_ = {}
+        for r in cast(Sequence[GradientResult], results):
+            check_answer(r, self.probed_, keys, self._model_size())
+            if r.client_id in chosen:
+                raise ValueError(f"client {r.client_id!r} answered the probe more than once")
+            k, similarity = choose_identity(r, keys, last_update, self.similarity, self.lam)
             chosen[r.client_id] = k
             if self.reference == "gradient":
                 self.probe_gradients_[r.client_id] = np.stack(
                     [np.asarray(r.gradients[key], np.float32) for key in keys]
                 )
-            similarities.append(float(similarity[k]))
-        self._record_similarity(results, keys)
+            similarities.append(similarity)
+        answered = cast(Sequence[GradientResult], results)
+        if len(answered) >= 2:
+            total = np.zeros((len(answered), len(answered)))
+            for key in keys:
+                total += self.comparer_.matrix([r.gradients[key] for r in answered])
+            rows = [self._index(r.client_id) for r in answered]
+            record_pairs(self.similarity_, rows, total / len(keys))
+        self._probed(chosen, similarities, failures)
+
+    def open_probe_stream(self, server_round: int, step: int) -> GradientProbe | None:
+        """Under sketches, a stream taking the probe's answers as they arrive
+        (:mod:`.jgl_probe`): each device's identity and gradient sketches, its K gradients
+        let go (kept under ``reference = "gradient"``); None under exact comparisons."""
+        sketcher = self.comparer_.sketcher
+        if sketcher is None or server_round != self.probe_round_ or step != 0:
+            return None
+        return GradientProbe(
+            probed=self.probed_,
+            keys=tuple(self.models_),
+            size=self._model_size(),
+            last_update=self._reference_updates(),
+            similarity=self.similarity,
+            lam=self.lam,
+            sketcher=sketcher,
+            keep_gradients=self.reference == "gradient",
+        )
+
+    def aggregate_probe_stream(
+        self, server_round: int, step: int, stream: GradientStream, failures: Sequence[Failure]
+    ) -> None:
+        """The identities of the answers taken into ``stream``, in client order, and the
+        devices' evidence: the mean over the K models of their gradient sketches' cosines."""
+        self._check_probe_round(server_round, step)
+        if not isinstance(stream, GradientProbe):
+            raise TypeError(f"jgl takes its own probe streams, got {type(stream).__name__}")
+        answers = stream.answers()
+        order = sorted(answers, key=self._index)
+        self.probe_gradients_ = {
+            c: gradients for c in order if (gradients := answers[c].gradients) is not None
+        }
+        if len(order) >= 2:
+            total = np.zeros((len(order), len(order)))
+            for k in range(self.n_clusters):
+                total += sketch_cosine_matrix([answers[c].sketches[k] for c in order])
+            record_pairs(self.similarity_, [self._index(c) for c in order], total / self.n_clusters)
+        chosen = {c: answers[c].identity for c in order}
+        self._probed(chosen, [answers[c].similarity for c in order], failures)
+
+    def _check_probe_round(self, server_round: int, step: int) -> None:
+        if server_round != self.probe_round_ or step != 0:
+            raise ValueError(
+                f"probe answers for round {server_round} step {step}, but the probe sent was "
+                f"round {self.probe_round_} step 0"
+            )
+
+    def _reference_updates(self) -> FloatArray | None:
+        """Δw_k of every cluster for eq. 3, or None (S = 0) until each was updated once."""
+        return self.last_update_ if bool(self.has_update_.all()) else None
+
+    def _probed(
+        self, chosen: dict[str, int], similarities: Sequence[float], failures: Sequence[Failure]
+    ) -> None:
         self.choices_ = chosen
         self.metrics_ = {
             "probed": float(len(self.probed_)),
             "probe_failures": float(len(failures)),
-            "similarity_used": float(use_similarity),
+            "similarity_used": float(bool(self.has_update_.all())),
             "mean_chosen_similarity": float(np.mean(similarities)) if similarities else 0.0,
         }
-
-    def _record_similarity(self, results: ProbeResults, keys: Sequence[str]) -> None:
-        """Mean over the K models of the cosine of two devices' probe gradients, for every
-        pair that answered: both computed on the same models, so comparable across clusters."""
-        answered = [r for r in results if isinstance(r, GradientResult)]
-        if len(answered) < 2:
-            return
-        total = np.zeros((len(answered), len(answered)))
-        for key in keys:
-            total += self.comparer_.matrix([r.gradients[key] for r in answered])
-        rows = [self._index(r.client_id) for r in answered]
-        record_pairs(self.similarity_, rows, total / len(keys))
-
-    def _check_probe_answer(
-        self, r: GradientResult, keys: list[str], seen: Mapping[str, int]
-    ) -> None:
-        if r.client_id not in self.probed_:
-            raise ValueError(f"probe answer from {r.client_id!r}, which was not probed")
-        if r.client_id in seen:
-            raise ValueError(f"client {r.client_id!r} answered the probe more than once")
-        if set(r.losses) != set(keys) or set(r.gradients) != set(keys):
-            raise ValueError(
-                f"client {r.client_id!r} answered for models {sorted(r.gradients)}, expected {keys}"
-            )
-        size = self._model_size()
-        for key, gradient in r.gradients.items():
-            if gradient.shape != (size,):
-                raise ValueError(
-                    f"client {r.client_id!r} sent a gradient of shape {gradient.shape} for "
-                    f"{key!r}, expected ({size},)"
-                )
 
     # -- training --------------------------------------------------------------------------
 
@@ -349,8 +388,8 @@ class JointGradientLoss(Strategy):
     def open_stream(self, server_round: int) -> UpdateStream | None:
         """Under sketches, a stream folding the fit round's updates into their clusters'
         running sums as they arrive (:mod:`.streaming`); None under exact comparisons or a
-        trimmed mean, which take the list. The probe's answers (K gradients per device) are
-        still taken as a list."""
+        trimmed mean, which take the list. The probe has its own stream
+        (:meth:`open_probe_stream`)."""
         return self._sketched_stream(server_round, self.stream_bounds_, self.comparer_.sketcher)
 
     def aggregate_stream(

@@ -1,7 +1,8 @@
 """Strategies that probe their clients run end to end over a real Mosquitto broker.
 
 The coordinator service runs FAACL (per-sample losses probes, several fit tasks per agent)
-and joint gradient and loss clustering (gradient probes) for three rounds over four simulated
+and joint gradient and loss clustering (gradient probes; under sketches each answer is handed
+to the strategy's probe stream as it arrives) for three rounds over four simulated
 machines, exactly as ``faultfleet coordinator`` and ``faultfleet agent`` wire them. Every
 probe must be answered, nothing rejected, and every round completed.
 """
@@ -37,6 +38,7 @@ so cluster training sends agents several fit tasks in one round."""
     [
         ("faacl", FAACL_OPTIONS, "losses", "losses_result"),
         ("jgl", {}, "gradient", "gradient_result"),
+        ("jgl", {"pairwise": "sketch"}, "gradient", "gradient_result"),  # a streamed probe
     ],
 )
 def test_a_probing_strategy_completes_its_rounds_over_mqtt(
@@ -92,3 +94,6 @@ def test_a_probing_strategy_completes_its_rounds_over_mqtt(
         sample_value(registry, "faultfleet_updates_rejected_total", {"reason": r.value}) == 0
         for r in RejectReason
     )
+    if strategy == "jgl":  # the last probe placed every agent
+        assert service.engine is not None
+        assert sorted(getattr(service.engine.strategy, "choices_", {})) == AGENTS

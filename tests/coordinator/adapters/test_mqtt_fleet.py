@@ -26,14 +26,20 @@ from coordinator.adapters.round_tasks import Collection, RoundAbortedError
 from coordinator.adapters.task_frames import Frame
 from coordinator.strategies.robust import AggregationPolicy
 from coordinator.strategies.streaming import UpdateStream
-from faultfleet.tasks import FitResult, FitTask, TrainConfig
+from faultfleet.tasks import FitResult, FitTask, GradientResult, GradientTask, TrainConfig
 from faultfleet.wire.codec import encode_frame
-from faultfleet.wire.messages import AgentStatus, FitTaskMessage, ModelSpec, TensorEncoding
+from faultfleet.wire.messages import (
+    AgentStatus,
+    FitTaskMessage,
+    GradientTaskMessage,
+    ModelSpec,
+    TensorEncoding,
+)
 from faultfleet.wire.mqtt import MqttConnection
 from faultfleet.wire.settings import BrokerSettings
 from faultfleet.wire.topics import Topics
 from tests.integration.services import sample_value
-from tests.integration.wire_clients import fit_frame
+from tests.integration.wire_clients import fit_frame, gradient_frame
 
 CLIENTS = ["a", "b", "c", "d"]
 
@@ -381,6 +387,60 @@ def test_a_streamed_update_is_folded_once_journaled_and_not_kept(tmp_path: Path)
     assert {u.client_id for u in stream.updates()} == {"a", "b"}
     np.testing.assert_allclose(stream.average("global"), np.full(10, 2.0))
     assert len(RoundJournal(tmp_path).accepted()) == 2
+
+
+class RefusingProbe:
+    """A probe stream that takes every answer except ``refused``'s."""
+
+    def __init__(self, refused: str) -> None:
+        self.refused = refused
+        self.taken: list[GradientResult] = []
+
+    def add(self, result: GradientResult) -> None:
+        if result.client_id == self.refused:
+            raise ValueError("answered for the wrong models")
+        self.taken.append(result)
+
+    def answered(self) -> frozenset[str]:
+        return frozenset(r.client_id for r in self.taken)
+
+
+def test_a_streamed_probe_answer_is_handed_over_and_not_kept_or_fails_if_refused(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a started fleet with open gradient tasks for a and b; the stream refuses b
+    registry = AgentRegistry()
+    for agent in ("a", "b"):
+        registry.update(status(agent, "online"))
+    mqtt_fleet = fleet(tmp_path, registry).start()
+    models = {"cluster-0": np.zeros(10, dtype=np.float32)}
+    frames = mqtt_fleet.frames.gradients(
+        1, [GradientTask(agent, models, 8, seed=1) for agent in ("a", "b")]
+    )
+    mqtt_fleet.answers._collection = Collection({p.task_id: p for p, _, _ in frames})
+    stream = RefusingProbe("b")
+    mqtt_fleet.answers.probe_stream = stream
+
+    # Execute: both answer; the workers finish
+    for _, header, _ in frames:
+        assert isinstance(header, GradientTaskMessage)
+        gradient = np.full(10, 2.0, dtype=np.float32)
+        mqtt_fleet.answers.receive(
+            Topics().results(header.agent_id), gradient_frame(header, {"cluster-0": gradient})
+        )
+    mqtt_fleet.close()
+
+    # Assert: a's answer handed over and not kept, b's task failed with the stream's reason
+    (task_a, _, _), (task_b, _, _) = frames
+    assert stream.answered() == frozenset({"a"})
+    np.testing.assert_array_equal(stream.taken[0].gradients["cluster-0"], np.full(10, 2.0))
+    assert task_a.streamed
+    assert task_a.result is None
+    assert task_a.failure is None
+    assert task_b.failure is not None
+    assert task_b.result is None
+    assert "its probe answer was refused: answered for the wrong models" in task_b.failure.reason
+    assert RoundJournal(tmp_path).accepted() == {}  # probes are never journaled
 
 
 class GatedJournal(RoundJournal):

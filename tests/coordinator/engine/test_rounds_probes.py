@@ -10,7 +10,9 @@ import pytest
 
 from coordinator.engine.rounds import RoundEngine
 from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.jgl import JointGradientLoss
 from coordinator.strategies.keys import GLOBAL
+from coordinator.strategies.probe_streaming import GradientStream
 from faultfleet.tasks import (
     EvaluateOutcome,
     EvaluateTask,
@@ -20,7 +22,9 @@ from faultfleet.tasks import (
     FitResult,
     FitTask,
     GradientInstruction,
+    GradientOutcome,
     GradientResult,
+    GradientTask,
     LossesInstruction,
     LossesResult,
     ProbeInstructions,
@@ -216,3 +220,54 @@ def test_two_answers_for_the_same_client_and_model_are_refused() -> None:
     result = FitResult("c00", GLOBAL, w, w * 0, 10, 0.0)
     with pytest.raises(ValueError, match="more than once for model 'global'"):
         strategy.aggregate_round(1, [result, result], [])
+
+
+class StreamingProbes(SyntheticFleet):
+    """Hands each gradient answer to the stream itself, in reverse task order (as answers
+    arriving out of order over MQTT would be); counts its calls."""
+
+    def __init__(self, groups: list[int], **kwargs: Any) -> None:
+        super().__init__(groups, **kwargs)
+        self.streamed = 0
+
+    def gradients_streaming(
+        self, server_round: int, tasks: Sequence[GradientTask], stream: GradientStream
+    ) -> GradientOutcome:
+        self.streamed += 1
+        outcome = self.gradients(server_round, tasks)
+        for result in reversed(outcome.results):
+            stream.add(result)
+        return GradientOutcome((), outcome.failures, outcome.bytes_down, outcome.bytes_up)
+
+
+JGL_GROUPS = [0, 0, 0, 1, 1, 1, 2, 2]
+
+
+def run_jgl(fleet: SyntheticFleet, pairwise: str) -> tuple[JointGradientLoss, list[Any]]:
+    strategy = JointGradientLoss(n_clusters=3, pairwise=pairwise, sketch_seed=1)
+    engine = RoundEngine(
+        strategy, fleet, model_factory=seeded_factory(), train_config=TrainConfig(), seed=5
+    )
+    reports = [engine.run_round() for _ in range(4)]
+    return strategy, reports
+
+
+def test_a_streamed_gradient_probe_runs_the_rounds_of_the_list() -> None:
+    # Prepare / Execute: JGL on sketches over a fleet that streams its probe answers, over
+    # one that returns them (the engine hands them to the stream), and on exact comparisons
+    streaming = StreamingProbes(JGL_GROUPS, offline=["c07"])
+    streamed, streamed_reports = run_jgl(streaming, "sketch")
+    handed, handed_reports = run_jgl(SyntheticFleet(JGL_GROUPS, offline=["c07"]), "sketch")
+    exact, exact_reports = run_jgl(SyntheticFleet(JGL_GROUPS, offline=["c07"]), "exact")
+
+    # Assert
+    assert streaming.streamed == 4
+    assert streamed.cluster_labels() == handed.cluster_labels() == exact.cluster_labels()
+    assert streamed.choices_ == handed.choices_ == exact.choices_
+    assert sorted(streamed.choices_) == [f"c{i:02d}" for i in range(7)]
+    np.testing.assert_array_equal(streamed.similarity_, handed.similarity_)
+    for key, model in exact.models.items():
+        np.testing.assert_allclose(streamed.models[key], model, atol=1e-5)
+    assert [r.answered for r in streamed_reports] == [r.answered for r in exact_reports]
+    assert [r.answered for r in handed_reports] == [r.answered for r in exact_reports]
+    assert streamed.round_metrics()["similarity_used"] == 1.0

@@ -1,0 +1,209 @@
+"""JGL's probe under sketches taking each device's answer as it arrives
+(coordinator.strategies.jgl_probe): the list's identities, metrics and evidence in any
+arrival order and from several threads, no gradient kept unless ``reference="gradient"``
+needs it, and every answer that does not fit the probe refused on its own. The hand-made
+clients of :mod:`jgl_helpers`."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from coordinator.strategies.jgl import JointGradientLoss
+from coordinator.strategies.jgl_probe import GradientProbe
+from faultfleet.tasks import FitResult, GradientResult
+from tests.coordinator.strategies.jgl_helpers import (
+    CLIENTS,
+    KEYS,
+    UPDATES,
+    ZERO,
+    answer,
+    make_jgl,
+    probe,
+    with_updates,
+)
+
+ANSWERS = [
+    answer("a0", [0.5, 0.9, 0.9], [[-2.0, 0.1, 0.0], [0.3, -0.2, 0.0], ZERO]),
+    answer("a1", [0.4, 0.9, 0.8], [[-1.0, 0.0, 0.2], [0.0, 0.4, 0.0], [0.1, 0.0, 0.0]]),
+    answer("b0", [0.9, 0.9, 0.2], [ZERO, [0.0, -1.0, 0.0], [0.0, 0.0, -3.0]]),
+    answer("b1", [0.9, 0.3, 0.9], [[0.2, 0.0, 0.0], [0.0, -2.0, 0.1], [0.0, 0.0, -1.0]]),
+]
+
+
+def streamed_probe(
+    strategy: JointGradientLoss, server_round: int, answers: list[GradientResult]
+) -> GradientProbe:
+    request = strategy.configure_probe(server_round, 0, CLIENTS, np.random.default_rng(0))
+    assert request is not None
+    stream = strategy.open_probe_stream(server_round, 0)
+    assert stream is not None
+    for result in answers:
+        stream.add(result)
+    strategy.aggregate_probe_stream(server_round, 0, stream, [])
+    return stream
+
+
+@pytest.mark.parametrize("similarity_used", [False, True])
+def test_a_streamed_probe_gives_the_lists_identities_metrics_and_evidence(
+    similarity_used: bool,
+) -> None:
+    # Prepare: one strategy takes the list, one the stream in reverse arrival order, one
+    # compares exactly (identities do not depend on the sketch)
+    listed, streamed = make_jgl(pairwise="sketch"), make_jgl(pairwise="sketch")
+    exact = make_jgl(pairwise="exact")
+    if similarity_used:
+        for strategy in (listed, streamed, exact):
+            with_updates(strategy, UPDATES)
+
+    # Execute
+    probe(listed, 1, ANSWERS)
+    probe(exact, 1, ANSWERS)
+    streamed_probe(streamed, 1, list(reversed(ANSWERS)))
+
+    # Assert
+    assert streamed.choices_ == listed.choices_ == exact.choices_
+    assert list(streamed.choices_) == list(CLIENTS)  # client order, not arrival order
+    assert streamed.round_metrics() == listed.round_metrics()
+    assert streamed.round_metrics()["similarity_used"] == float(similarity_used)
+    np.testing.assert_array_equal(streamed.similarity_, listed.similarity_)
+    assert not np.isnan(streamed.similarity_[0, 1])
+    np.testing.assert_allclose(streamed.similarity_, exact.similarity_, atol=0.5)
+    assert exact.open_probe_stream(1, 0) is None
+
+
+def test_the_stream_keeps_sketches_only_unless_the_reference_is_the_gradient() -> None:
+    # Prepare
+    by_update, by_gradient = (
+        make_jgl(pairwise="sketch"),
+        make_jgl(pairwise="sketch", reference="gradient"),
+    )
+
+    # Execute
+    kept_update = streamed_probe(by_update, 1, ANSWERS).answers()
+    kept_gradient = streamed_probe(by_gradient, 1, ANSWERS).answers()
+
+    # Assert
+    dim = by_update.comparer_.sketcher.dim  # type: ignore[union-attr]
+    for client in CLIENTS:
+        assert kept_update[client].gradients is None
+        assert kept_update[client].sketches.shape == (len(KEYS), dim)
+        gradients = kept_gradient[client].gradients
+        assert gradients is not None
+        expected = np.stack([ANSWERS[CLIENTS.index(client)].gradients[k] for k in KEYS])
+        np.testing.assert_array_equal(gradients, expected)
+    assert by_update.probe_gradients_ == {}
+    assert sorted(by_gradient.probe_gradients_) == list(CLIENTS)
+
+
+def test_a_streamed_probe_trains_the_lists_models_under_the_gradient_reference() -> None:
+    # Prepare: probe, plan and train two rounds each way; round 2 uses the similarity
+    listed = make_jgl(pairwise="sketch", reference="gradient")
+    exact = make_jgl(pairwise="exact", reference="gradient")
+    streamed = make_jgl(pairwise="sketch", reference="gradient")
+
+    # Execute
+    for server_round in (1, 2):
+        probe(listed, server_round, ANSWERS)
+        probe(exact, server_round, ANSWERS)
+        streamed_probe(streamed, server_round, list(reversed(ANSWERS)))
+        for strategy in (listed, exact, streamed):
+            plan = strategy.configure_round(server_round, CLIENTS, np.random.default_rng(1))
+            results = []
+            for instruction in plan:
+                (key,) = instruction.model_keys
+                base = strategy.models[key]
+                moved = base + np.float32(0.1 * server_round)
+                results.append(
+                    FitResult(instruction.client_id, key, moved, None, 3, 0.2, base=base)
+                )
+            strategy.aggregate_round(server_round, results, [])
+
+    # Assert
+    assert streamed.cluster_labels() == listed.cluster_labels() == exact.cluster_labels()
+    np.testing.assert_array_equal(streamed.last_update_, exact.last_update_)
+    for key in KEYS:
+        np.testing.assert_allclose(streamed.models[key], exact.models[key], atol=1e-6)
+
+
+def test_answers_from_several_threads_give_the_same_probe() -> None:
+    # Prepare
+    alone, threaded = make_jgl(pairwise="sketch"), make_jgl(pairwise="sketch")
+    with_updates(alone, UPDATES)
+    with_updates(threaded, UPDATES)
+    streamed_probe(alone, 1, ANSWERS)
+    threaded.configure_probe(1, 0, CLIENTS, np.random.default_rng(0))
+    stream = threaded.open_probe_stream(1, 0)
+    assert stream is not None
+
+    # Execute: every answer from its own thread, all released at once
+    start = threading.Barrier(len(ANSWERS))
+
+    def send(result: GradientResult) -> None:
+        start.wait()
+        stream.add(result)
+
+    threads = [threading.Thread(target=send, args=(r,)) for r in ANSWERS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    threaded.aggregate_probe_stream(1, 0, stream, [])
+
+    # Assert
+    assert stream.answered() == frozenset(CLIENTS)
+    assert threaded.choices_ == alone.choices_
+    np.testing.assert_array_equal(threaded.similarity_, alone.similarity_)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (answer("zz", [0.1, 0.2, 0.3], [ZERO, ZERO, ZERO]), "'zz', which was not probed"),
+        (ANSWERS[0], "'a0' answered the probe more than once"),
+        (
+            GradientResult("a1", {"cluster-0": 0.1}, {"cluster-0": np.zeros(3, np.float32)}, 4),
+            "answered for models ['cluster-0'], expected",
+        ),
+        (
+            GradientResult(
+                "a1",
+                dict.fromkeys(KEYS, 0.1),
+                {k: np.zeros(4 if k == "cluster-2" else 3, np.float32) for k in KEYS},
+                4,
+            ),
+            "gradient of shape (4,) for 'cluster-2', expected (3,)",
+        ),
+    ],
+)
+def test_the_stream_refuses_an_answer_that_does_not_fit_the_probe(
+    bad: GradientResult, message: str
+) -> None:
+    # Prepare: a0 answered already
+    strategy = make_jgl(pairwise="sketch")
+    strategy.configure_probe(1, 0, CLIENTS, np.random.default_rng(0))
+    stream = strategy.open_probe_stream(1, 0)
+    assert stream is not None
+    stream.add(ANSWERS[0])
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=re.escape(message)):
+        stream.add(bad)
+    assert stream.answered() == frozenset({"a0"})
+    stream.add(ANSWERS[2])  # the stream goes on taking the others
+    strategy.aggregate_probe_stream(1, 0, stream, [])
+    assert sorted(strategy.choices_) == ["a0", "b0"]
+
+
+def test_a_probe_stream_is_only_for_the_probe_sent() -> None:
+    strategy = make_jgl(pairwise="sketch")
+    strategy.configure_probe(3, 0, CLIENTS, np.random.default_rng(0))
+    assert strategy.open_probe_stream(2, 0) is None
+    assert strategy.open_probe_stream(3, 1) is None
+    stream = strategy.open_probe_stream(3, 0)
+    assert stream is not None
+    with pytest.raises(ValueError, match="round 2 step 0, but the probe sent was round 3"):
+        strategy.aggregate_probe_stream(2, 0, stream, [])
