@@ -11,9 +11,10 @@ cluster where the strategy merges, and the merges of its last round.
 :mod:`coordinator.strategies.quality` turns that into the figures.
 
 :class:`SameModelSimilarity` is the evidence of strategies whose clusters train models of
-their own from the start (IFCA, JGL, FAACL): updates are only comparable between clients
-that trained the same model in the same round, so it keeps the latest cosine of each such
-pair.
+their own from the start (IFCA, FAACL): updates are only comparable between clients that
+trained the same model in the same round, so it keeps the latest cosine of each such pair.
+Both it and JGL's probe evidence under sketches are :class:`RecentPairs`: the latest
+similarity of sampled pairs from the last few rounds, linear in the fleet.
 """
 
 from __future__ import annotations
@@ -187,27 +188,30 @@ model in one round (fewer: every pair), as FLACC samples its pairs under sketche
 square."""
 
 
-class SameModelSimilarity:
-    """Cosine similarity of two clients' updates of the same model in the same round.
+class RecentPairs:
+    """The latest similarity of pairs of clients measured together, for large fleets.
 
     Kept as a list of pairs (:class:`~.pair_memory.PairMemory`, 16 bytes a pair), not an
-    m × m matrix: a matrix of the cosines and one of their rounds took 1.6 GB at 10,000
-    clients, in memory and in every saved state.
+    m × m matrix (800 MB at 10,000 clients in float64, in memory and in every saved
+    state): each :meth:`record_rows` measures every pair of up to ``partners + 1`` clients, or
+    each client with ``partners`` others chosen at random (:func:`~.pair_memory.
+    sample_pairs`, seeded by the round), and a pair not measured again within ``memory``
+    rounds is forgotten.
 
     Parameters
     ----------
     client_ids : sequence of str
         Registered clients, in registration order.
-    comparer : UpdateComparer, optional
-        Takes the cosines (exact or of sketches, :mod:`.pairwise`); exact when None.
     partners : int
         :data:`SAME_MODEL_PARTNERS`.
+    memory : int
+        :data:`SAME_MODEL_MEMORY`.
 
     Attributes
     ----------
     pairs_ : PairMemory
-        The latest cosine of each pair measured in the last :data:`SAME_MODEL_MEMORY`
-        rounds, with its round.
+        The latest similarity of each pair measured in the last ``memory`` rounds, with its
+        round.
     last_round_ : int
         The latest round recorded.
     """
@@ -215,75 +219,42 @@ class SameModelSimilarity:
     def __init__(
         self,
         client_ids: Sequence[str],
-        comparer: UpdateComparer | None = None,
         *,
         partners: int = SAME_MODEL_PARTNERS,
+        memory: int = SAME_MODEL_MEMORY,
     ) -> None:
-        self.comparer = comparer
         self.partners = partners
+        self.memory = memory
         self.client_ids_ = tuple(client_ids)
         self.pairs_ = PairMemory.empty(len(self.client_ids_))
         self.last_round_ = 0
 
-    def record(self, server_round: int, results: Sequence[FitResult]) -> None:
-        """Take in a round's updates: pairs of clients that trained the same model (every
-        pair of a model's updates, or each with ``partners`` others chosen at random, seeded
-        by the round and the model's place among the round's models)."""
-        comparer = self.comparer
-
-        def cosines(members: Sequence[FitResult], a: IntArray, b: IntArray) -> Float64Array:
-            updates = [r.delta for r in members]
-            if comparer is None:
-                return cosine_similarity_matrix(updates)[a, b]
-            return comparer.pair_cosines(updates, a, b)
-
-        self._record(server_round, results, cosines)
-
-    def record_sketches(self, server_round: int, updates: Sequence[StreamedUpdate]) -> None:
-        """:meth:`record` for a streamed round: the updates' unit sketches (the same pairs,
-        and the cosines :meth:`record` takes under sketches)."""
-
-        def cosines(members: Sequence[StreamedUpdate], a: IntArray, b: IntArray) -> Float64Array:
-            return sketch_pair_cosines(unit_sketches(members), a, b)
-
-        self._record(server_round, updates, cosines)
-
-    def _record(
+    def record_rows(
         self,
         server_round: int,
-        answers: Sequence[_U],
-        cosines: Callable[[Sequence[_U], IntArray, IntArray], Float64Array],
+        rows: Sequence[int],
+        values: Callable[[IntArray, IntArray], Float64Array],
+        *,
+        salt: int = 0,
     ) -> None:
-        """:meth:`record` for any kind of answer with a client id and a model key."""
-        index = {c: i for i, c in enumerate(self.client_ids_)}
-        by_model: dict[str, list[_U]] = {}
-        for r in answers:
-            by_model.setdefault(r.model_key, []).append(r)
-        for place, members in enumerate(by_model.values()):
-            if len(members) < 2:
-                continue
-            rows = np.array([index[r.client_id] for r in members], dtype=np.int64)
-            a, b = sample_pairs(len(members), self.partners, [server_round, place])
-            low, high = np.minimum(rows[a], rows[b]), np.maximum(rows[a], rows[b])
-            # a client twice among one model's updates: no pair with itself, and each of its
-            # pairs once (the later update's)
-            keys = (low * len(self.client_ids_) + high)[::-1]
-            _, last = np.unique(keys, return_index=True)
-            once = np.sort(len(keys) - 1 - last)
-            once = once[low[once] != high[once]]
-            taken = cosines(members, a[once], b[once])
-            self.pairs_.record(server_round, low[once], high[once], taken)
-        self.pairs_.forget(server_round, SAME_MODEL_MEMORY - 1)
+        """Take in the similarities of one round's clients at the distinct registration
+        indices ``rows``: ``values(a, b)`` gives those of the pairs of positions
+        ``(a[q], b[q])`` sampled among them (seeded by the round and ``salt``)."""
+        index = np.asarray(rows, dtype=np.int64)
+        a, b = sample_pairs(len(index), self.partners, [server_round, salt])
+        if len(a):
+            low, high = np.minimum(index[a], index[b]), np.maximum(index[a], index[b])
+            self.pairs_.record(server_round, low, high, values(a, b))
+        self._forget(server_round)
+
+    def _forget(self, server_round: int) -> None:
+        self.pairs_.forget(server_round, self.memory - 1)
         self.last_round_ = server_round
 
-    def comparer_state(self) -> dict[str, int | str] | None:
-        """The comparer's :meth:`~.pairwise.UpdateComparer.state`, to save (None: exact)."""
-        return None if self.comparer is None else self.comparer.state()
-
     def current(self) -> KnownPairs:
-        """The cosines measured in the last :data:`SAME_MODEL_MEMORY` rounds."""
+        """The similarities measured in the last ``memory`` rounds."""
         pairs = self.pairs_
-        recent = self.last_round_ - pairs.measured < SAME_MODEL_MEMORY
+        recent = self.last_round_ - pairs.measured < self.memory
         return KnownPairs.from_arrays(
             pairs.n_clients, pairs.first[recent], pairs.second[recent], pairs.value[recent]
         )
@@ -342,6 +313,95 @@ class SameModelSimilarity:
             value.astype(np.float32),
             measured.astype(np.int32),
         )
+
+
+class SameModelSimilarity(RecentPairs):
+    """Cosine similarity of two clients' updates of the same model in the same round.
+
+    :class:`RecentPairs` of the pairs of each model's updates: a matrix of the cosines and
+    one of their rounds took 1.6 GB at 10,000 clients, in memory and in every saved state.
+
+    Parameters
+    ----------
+    client_ids : sequence of str
+        Registered clients, in registration order.
+    comparer : UpdateComparer, optional
+        Takes the cosines (exact or of sketches, :mod:`.pairwise`); exact when None.
+    partners : int
+        :data:`SAME_MODEL_PARTNERS`.
+
+    Attributes
+    ----------
+    pairs_ : PairMemory
+        The latest cosine of each pair measured in the last :data:`SAME_MODEL_MEMORY`
+        rounds, with its round.
+    last_round_ : int
+        The latest round recorded.
+    """
+
+    def __init__(
+        self,
+        client_ids: Sequence[str],
+        comparer: UpdateComparer | None = None,
+        *,
+        partners: int = SAME_MODEL_PARTNERS,
+    ) -> None:
+        super().__init__(client_ids, partners=partners)
+        self.comparer = comparer
+
+    def record(self, server_round: int, results: Sequence[FitResult]) -> None:
+        """Take in a round's updates: pairs of clients that trained the same model (every
+        pair of a model's updates, or each with ``partners`` others chosen at random, seeded
+        by the round and the model's place among the round's models)."""
+        comparer = self.comparer
+
+        def cosines(members: Sequence[FitResult], a: IntArray, b: IntArray) -> Float64Array:
+            updates = [r.delta for r in members]
+            if comparer is None:
+                return cosine_similarity_matrix(updates)[a, b]
+            return comparer.pair_cosines(updates, a, b)
+
+        self._record(server_round, results, cosines)
+
+    def record_sketches(self, server_round: int, updates: Sequence[StreamedUpdate]) -> None:
+        """:meth:`record` for a streamed round: the updates' unit sketches (the same pairs,
+        and the cosines :meth:`record` takes under sketches)."""
+
+        def cosines(members: Sequence[StreamedUpdate], a: IntArray, b: IntArray) -> Float64Array:
+            return sketch_pair_cosines(unit_sketches(members), a, b)
+
+        self._record(server_round, updates, cosines)
+
+    def _record(
+        self,
+        server_round: int,
+        answers: Sequence[_U],
+        cosines: Callable[[Sequence[_U], IntArray, IntArray], Float64Array],
+    ) -> None:
+        """:meth:`record` for any kind of answer with a client id and a model key."""
+        index = {c: i for i, c in enumerate(self.client_ids_)}
+        by_model: dict[str, list[_U]] = {}
+        for r in answers:
+            by_model.setdefault(r.model_key, []).append(r)
+        for place, members in enumerate(by_model.values()):
+            if len(members) < 2:
+                continue
+            rows = np.array([index[r.client_id] for r in members], dtype=np.int64)
+            a, b = sample_pairs(len(members), self.partners, [server_round, place])
+            low, high = np.minimum(rows[a], rows[b]), np.maximum(rows[a], rows[b])
+            # a client twice among one model's updates: no pair with itself, and each of its
+            # pairs once (the later update's)
+            keys = (low * len(self.client_ids_) + high)[::-1]
+            _, last = np.unique(keys, return_index=True)
+            once = np.sort(len(keys) - 1 - last)
+            once = once[low[once] != high[once]]
+            taken = cosines(members, a[once], b[once])
+            self.pairs_.record(server_round, low[once], high[once], taken)
+        self._forget(server_round)
+
+    def comparer_state(self) -> dict[str, int | str] | None:
+        """The comparer's :meth:`~.pairwise.UpdateComparer.state`, to save (None: exact)."""
+        return None if self.comparer is None else self.comparer.state()
 
     def evidence(
         self, labels: Sequence[int], *, settled: bool = True, merge_measure: str

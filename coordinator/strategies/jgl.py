@@ -51,16 +51,18 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
   sampled in ``configure_round`` and sent all K models: each trains its lowest-training-loss
   one (IFCA's rule, i.e. λ = 0 on its whole training set).
 - **Sketches** (``pairwise``, :mod:`.pairwise`) take the gradient cosines between devices
-  (the evidence, K·k² pairs per probe). Eq. 3's S_ik stays exact: K·n operations per
-  device, no pairs, the cost of sketching; a sketch would only add error to eq. 4. Under
-  sketches the fit round *streams* (:meth:`JointGradientLoss.open_stream`,
-  :mod:`.streaming`): each update is folded into its cluster's running sum as it arrives,
-  and Δw_k is the new average minus the old model (or the members' probe gradients), as
-  in the list. The probe streams too (:meth:`JointGradientLoss.open_probe_stream`,
-  :mod:`.jgl_probe`): each device's answer is checked, its identity chosen by eq. 4 and its
-  K gradients sketched as it arrives, and the gradients are let go (kept under
-  ``reference="gradient"``, which averages them after training); identities, metrics and
-  evidence equal the list's.
+  (the evidence), kept for sampled pairs of the last 10 probes
+  (:class:`~.evidence.RecentPairs`: every pair of a probe of up to 33 devices, beyond that
+  each device with 32 random others) instead of an m × m matrix (800 MB at 10,000 devices).
+  Eq. 3's S_ik stays exact: K·n operations per device, no pairs, the cost of sketching; a
+  sketch would only add error to eq. 4. Under sketches the fit round *streams*
+  (:meth:`JointGradientLoss.open_stream`, :mod:`.streaming`): each update is folded into its
+  cluster's running sum as it arrives, and Δw_k is the new average minus the old model (or
+  the members' probe gradients), as in the list. The probe streams too
+  (:meth:`JointGradientLoss.open_probe_stream`, :mod:`.jgl_probe`): each device's answer is
+  checked, its identity chosen by eq. 4 and its K gradients sketched as it arrives, and the
+  gradients are let go (kept under ``reference="gradient"``, which averages them after
+  training); identities, metrics and evidence equal the list's.
 - **Joining.** A device joining later takes the identity of the model it was assigned
   (else none: it is not placed yet) until its first probe places it by eq. 4.
 """
@@ -73,7 +75,12 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.strategies.base import JsonDict, Strategy
-from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
+from coordinator.strategies.evidence import (
+    ClusterEvidence,
+    RecentPairs,
+    load_matrix,
+    record_pairs,
+)
 from coordinator.strategies.jgl_identity import (
     PARAMETERS,
     Reference,
@@ -83,7 +90,11 @@ from coordinator.strategies.jgl_identity import (
 from coordinator.strategies.jgl_probe import GradientProbe, check_answer, choose_identity
 from coordinator.strategies.joining import grow_square, keep_square
 from coordinator.strategies.keys import cluster_key, cluster_number
-from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
+from coordinator.strategies.pairwise import (
+    PAIRWISE_PARAMETERS,
+    sketch_pair_cosines,
+    strategy_comparer,
+)
 from coordinator.strategies.parameters import Param
 from coordinator.strategies.probe_streaming import GradientStream
 from coordinator.strategies.sketch import sketch_cosine_matrix
@@ -105,7 +116,7 @@ from faultfleet.tasks import (
     ProbeInstructions,
     ProbeResults,
 )
-from faultfleet.types import Float64Array, FloatArray, ModelFactory
+from faultfleet.types import Float64Array, FloatArray, IntArray, ModelFactory
 
 
 class JointGradientLoss(Strategy):
@@ -124,9 +135,16 @@ class JointGradientLoss(Strategy):
         fix.
     stream_bounds_ : dict of str to StreamBounds
         The medians a streamed round's robust rules measure against (the last round's).
+    similarity_ : array of shape (m, m), float64
+        Under exact comparisons, the latest probe-gradient cosine of every pair of devices
+        (NaN: never probed together); empty under sketches.
+    probe_pairs_ : RecentPairs or None
+        Under sketches, those cosines for sampled pairs of the last few probes.
     """
 
     name: ClassVar[str] = "jgl"
+    similarity_: Float64Array
+    probe_pairs_: RecentPairs | None
     probes: ClassVar[bool] = True
     parameters: ClassVar[tuple[Param, ...]] = (*PARAMETERS, *PAIRWISE_PARAMETERS)
 
@@ -169,15 +187,17 @@ class JointGradientLoss(Strategy):
         self.plan_: dict[str, int] | None = None
         self.metrics_: dict[str, float] = {}
         self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
-        m = len(self.client_ids_)
-        self.similarity_: Float64Array = np.full((m, m), np.nan)
+        self._new_evidence()
         self.stream_bounds_: dict[str, StreamBounds] = {}
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
     ) -> None:
         self.identities_.update({c: cluster_number(k) for c, k in keys.items() if k is not None})
-        self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+        if self.probe_pairs_ is not None:
+            self.probe_pairs_.resize(self.client_ids_)
+        else:
+            self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
 
     def _leave(self, leaving: set[str], kept: list[int]) -> None:
         for client in leaving:
@@ -187,7 +207,10 @@ class JointGradientLoss(Strategy):
             if self.plan_ is not None:
                 self.plan_.pop(client, None)
         self.probed_ = tuple(c for c in self.probed_ if c not in leaving)
-        self.similarity_ = keep_square(self.similarity_, kept)
+        if self.probe_pairs_ is not None:
+            self.probe_pairs_.resize(self.client_ids_)
+        else:
+            self.similarity_ = keep_square(self.similarity_, kept)
 
     # -- probe: losses and gradients, identities -------------------------------------------
 
@@ -279,17 +302,37 @@ class JointGradientLoss(Strategy):
         if not isinstance(stream, GradientProbe):
             raise TypeError(f"jgl takes its own probe streams, got {type(stream).__name__}")
         answers = stream.answers()
+        keys = stream.keys
         order = sorted(answers, key=self._index)
         self.probe_gradients_ = {
             c: gradients for c in order if (gradients := answers[c].gradients) is not None
         }
-        if len(order) >= 2:
+        rows = [self._index(c) for c in order]
+        sketches = [np.stack([answers[c].sketches[k] for c in order]) for k in range(len(keys))]
+        if self.probe_pairs_ is not None:
+
+            def cosines(a: IntArray, b: IntArray) -> Float64Array:
+                total = np.zeros(len(a))
+                for rows_k in sketches:
+                    total += sketch_pair_cosines(rows_k, a, b)
+                return total / len(sketches)
+
+            self.probe_pairs_.record_rows(server_round, rows, cosines)
+        elif len(order) >= 2:
             total = np.zeros((len(order), len(order)))
-            for k in range(self.n_clusters):
-                total += sketch_cosine_matrix([answers[c].sketches[k] for c in order])
-            record_pairs(self.similarity_, [self._index(c) for c in order], total / self.n_clusters)
+            for rows_k in sketches:
+                total += sketch_cosine_matrix(rows_k)
+            record_pairs(self.similarity_, rows, total / len(sketches))
         chosen = {c: answers[c].identity for c in order}
         self._probed(chosen, [answers[c].similarity for c in order], failures)
+
+    def _new_evidence(self) -> None:
+        """No probe evidence yet: an m × m matrix under exact comparisons, sampled pairs
+        under sketches (:class:`~.evidence.RecentPairs`)."""
+        m = len(self.client_ids_)
+        sketched = self.comparer_.sketcher is not None
+        self.probe_pairs_ = RecentPairs(self.client_ids_) if sketched else None
+        self.similarity_ = np.full((0, 0) if sketched else (m, m), np.nan)
 
     def _check_probe_round(self, server_round: int, step: int) -> None:
         if server_round != self.probe_round_ or step != 0:
@@ -432,14 +475,22 @@ class JointGradientLoss(Strategy):
         return {c: self.identities_.get(c, self.n_clusters) for c in self.client_ids_}
 
     def cluster_evidence(self) -> ClusterEvidence:
-        """The devices' probe gradients compared on each of the K models (latest per pair)."""
+        """The devices' probe gradients compared on each of the K models (latest per pair;
+        under sketches each device with sampled others, the last few probes)."""
         labels = self.cluster_labels()
+        pairs = self.probe_pairs_
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(labels[c] for c in self.client_ids_),
-            similarity=self.similarity_.copy(),
+            similarity=self.similarity_.copy() if pairs is None else pairs.current(),
             measure="cosine similarity of two devices' probe gradients, averaged over the K "
-            "cluster models (latest probe of the pair)",
+            "cluster models ("
+            + (
+                "latest probe of the pair)"
+                if pairs is None
+                else f"latest per pair, last {pairs.memory} probes, each device with "
+                f"{pairs.partners} sampled others)"
+            ),
             merge_measure="n/a: JGL keeps K clusters and never merges them",
         )
 
@@ -462,11 +513,11 @@ class JointGradientLoss(Strategy):
             "comparer": self.comparer_.state(),
             "stream_bounds": bounds_state(self.stream_bounds_),
         }
-        arrays = {
-            "last_update": self.last_update_.copy(),
-            "has_update": self.has_update_.copy(),
-            "similarity": self.similarity_.copy(),
-        }
+        arrays = {"last_update": self.last_update_.copy(), "has_update": self.has_update_.copy()}
+        if self.probe_pairs_ is None:
+            arrays["similarity"] = self.similarity_.copy()
+        else:
+            arrays.update(self.probe_pairs_.arrays(""))
         return meta, arrays
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
@@ -489,5 +540,9 @@ class JointGradientLoss(Strategy):
         )
         self.last_update_ = np.array(arrays["last_update"], dtype=np.float32)
         self.has_update_ = np.array(arrays["has_update"], dtype=bool)
-        self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
+        self._new_evidence()
+        if self.probe_pairs_ is not None:  # pairs, or the matrix of a state saved before
+            self.probe_pairs_.load(self.client_ids_, arrays, "")
+        else:
+            self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
         self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))

@@ -176,7 +176,7 @@ class UpdateComparer:
 
 
 def sketch_pair_cosines(
-    sketches: Sequence[FloatArray], first: IntArray, second: IntArray
+    sketches: Sequence[FloatArray] | FloatArray, first: IntArray, second: IntArray
 ) -> Float64Array:
     """The cosines of the pairs ``(first[q], second[q])`` of unit sketches, shape (q,),
     float64: from their k × k matrix up to :data:`PAIRS_MATRIX_UP_TO` sketches, pair by pair

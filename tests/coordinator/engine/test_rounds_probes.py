@@ -265,7 +265,10 @@ def test_a_streamed_gradient_probe_runs_the_rounds_of_the_list() -> None:
     assert streamed.cluster_labels() == handed.cluster_labels() == exact.cluster_labels()
     assert streamed.choices_ == handed.choices_ == exact.choices_
     assert sorted(streamed.choices_) == [f"c{i:02d}" for i in range(7)]
-    np.testing.assert_array_equal(streamed.similarity_, handed.similarity_)
+    np.testing.assert_array_equal(
+        streamed.cluster_evidence().similarity_matrix(),
+        handed.cluster_evidence().similarity_matrix(),
+    )
     for key, model in exact.models.items():
         np.testing.assert_allclose(streamed.models[key], model, atol=1e-5)
     assert [r.answered for r in streamed_reports] == [r.answered for r in exact_reports]

@@ -6,14 +6,17 @@ clients of :mod:`jgl_helpers`."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
 import numpy as np
 import pytest
 
+from coordinator.strategies.base import StrategyState
 from coordinator.strategies.jgl import JointGradientLoss
 from coordinator.strategies.jgl_probe import GradientProbe
+from coordinator.strategies.known_pairs import KnownPairs
 from faultfleet.tasks import FitResult, GradientResult
 from tests.coordinator.strategies.jgl_helpers import (
     CLIENTS,
@@ -32,6 +35,12 @@ ANSWERS = [
     answer("b0", [0.9, 0.9, 0.2], [ZERO, [0.0, -1.0, 0.0], [0.0, 0.0, -3.0]]),
     answer("b1", [0.9, 0.3, 0.9], [[0.2, 0.0, 0.0], [0.0, -2.0, 0.1], [0.0, 0.0, -1.0]]),
 ]
+
+
+def evidence(strategy: JointGradientLoss) -> np.ndarray:
+    matrix = strategy.cluster_evidence().similarity_matrix()
+    assert matrix is not None
+    return matrix
 
 
 def streamed_probe(
@@ -69,9 +78,9 @@ def test_a_streamed_probe_gives_the_lists_identities_metrics_and_evidence(
     assert list(streamed.choices_) == list(CLIENTS)  # client order, not arrival order
     assert streamed.round_metrics() == listed.round_metrics()
     assert streamed.round_metrics()["similarity_used"] == float(similarity_used)
-    np.testing.assert_array_equal(streamed.similarity_, listed.similarity_)
-    assert not np.isnan(streamed.similarity_[0, 1])
-    np.testing.assert_allclose(streamed.similarity_, exact.similarity_, atol=0.5)
+    np.testing.assert_array_equal(evidence(streamed), evidence(listed))
+    assert not np.isnan(evidence(streamed)[0, 1])
+    np.testing.assert_allclose(evidence(streamed), evidence(exact), atol=0.5)
     assert exact.open_probe_stream(1, 0) is None
 
 
@@ -156,7 +165,7 @@ def test_answers_from_several_threads_give_the_same_probe() -> None:
     # Assert
     assert stream.answered() == frozenset(CLIENTS)
     assert threaded.choices_ == alone.choices_
-    np.testing.assert_array_equal(threaded.similarity_, alone.similarity_)
+    np.testing.assert_array_equal(evidence(threaded), evidence(alone))
 
 
 @pytest.mark.parametrize(
@@ -207,3 +216,131 @@ def test_a_probe_stream_is_only_for_the_probe_sent() -> None:
     assert stream is not None
     with pytest.raises(ValueError, match="round 2 step 0, but the probe sent was round 3"):
         strategy.aggregate_probe_stream(2, 0, stream, [])
+
+
+# -- the probe's evidence under sketches: sampled pairs of the last probes -------------------
+
+MANY = tuple(f"d{i:03d}" for i in range(60))
+
+
+def many_devices(**options: object) -> JointGradientLoss:
+    strategy = JointGradientLoss(fraction=1.0, n_clusters=3, batch_size=4, **options)  # type: ignore[arg-type]
+    strategy.initialize(MANY, lambda k: np.full(3, float(k), dtype=np.float32))
+    return strategy
+
+
+def many_answers(seed: int) -> list[GradientResult]:
+    rng = np.random.default_rng(seed)
+    return [
+        answer(c, [0.5, 0.5, 0.5], rng.normal(size=(3, 3)).astype(np.float32).tolist())
+        for c in MANY
+    ]
+
+
+def probe_many(strategy: JointGradientLoss, server_round: int) -> GradientProbe | None:
+    """A probe of every device, streamed under sketches, as a list otherwise."""
+    strategy.configure_probe(server_round, 0, MANY, np.random.default_rng(0))
+    stream = strategy.open_probe_stream(server_round, 0)
+    if stream is None:
+        strategy.aggregate_probe(server_round, 0, many_answers(server_round), [])
+        return None
+    for result in many_answers(server_round):
+        stream.add(result)
+    strategy.aggregate_probe_stream(server_round, 0, stream, [])
+    return stream
+
+
+def known_pairs(strategy: JointGradientLoss) -> set[tuple[int, int]]:
+    rows, columns = np.nonzero(~np.isnan(evidence(strategy)))
+    return {(int(a), int(b)) for a, b in zip(rows, columns, strict=True)}
+
+
+def test_a_large_probe_keeps_sampled_pairs_with_the_sketches_cosines() -> None:
+    # Prepare / Execute: 60 devices, more than 32 partners + 1
+    strategy = many_devices(pairwise="sketch")
+    stream = probe_many(strategy, 1)
+    assert stream is not None
+
+    # Assert: each device has 32 partners (not 59) and their mean sketch cosines
+    known = strategy.cluster_evidence().similarity
+    assert isinstance(known, KnownPairs)
+    assert len(known) == 60 * 32 // 2
+    assert strategy.similarity_.size == 0  # no m × m matrix
+    kept = stream.answers()
+    matrix = evidence(strategy)
+    rows, cols = np.nonzero(~np.isnan(matrix))
+    for i, j in zip(rows[:40], cols[:40], strict=True):
+        a, b = kept[MANY[i]].sketches, kept[MANY[j]].sketches
+        expected = np.mean([float(np.dot(a[k], b[k])) for k in range(3)])
+        assert matrix[i, j] == pytest.approx(expected, abs=1e-6)
+    exact = many_devices(pairwise="exact")
+    probe_many(exact, 1)
+    assert len(exact.similarity_) == 60
+    assert np.count_nonzero(~np.isnan(exact.similarity_)) == 60 * 59
+
+
+def test_sampled_pairs_older_than_the_memory_are_forgotten() -> None:
+    # Prepare / Execute: devices 0-29 probed in round 1 only, every device from round 2 on
+    strategy = many_devices(pairwise="sketch")
+    memory = strategy.probe_pairs_.memory  # type: ignore[union-attr]
+    strategy.configure_probe(1, 0, MANY[:30], np.random.default_rng(0))
+    stream = strategy.open_probe_stream(1, 0)
+    assert stream is not None
+    for result in many_answers(1)[:30]:
+        stream.add(result)
+    strategy.aggregate_probe_stream(1, 0, stream, [])
+    first_probe = known_pairs(strategy)
+    for server_round in range(2, memory + 2):
+        probe_many(strategy, server_round)
+
+    # Assert: round 1's pairs not measured again are gone after `memory` more probes
+    now = known_pairs(strategy)
+    assert len(first_probe) == 30 * 29
+    assert first_probe - now  # some were not sampled again and have been forgotten
+    pairs = strategy.probe_pairs_
+    assert pairs is not None
+    assert int(pairs.pairs_.measured.min()) >= 2
+
+
+def test_sampled_pairs_survive_a_restart_and_follow_devices_that_leave() -> None:
+    # Prepare: two probes, then a restart
+    strategy = many_devices(pairwise="sketch")
+    probe_many(strategy, 1)
+    probe_many(strategy, 2)
+    state = strategy.state_dict()
+    assert "extra/similarity" not in state.arrays
+    assert "extra/pairs_first" in state.arrays
+    restored = many_devices(pairwise="sketch")
+
+    # Execute
+    restored.load_state_dict(
+        StrategyState(
+            {k: v.copy() for k, v in state.arrays.items()}, json.loads(json.dumps(state.meta))
+        )
+    )
+    before = evidence(restored)
+    restored.remove_clients(["d000", "d007"])
+
+    # Assert
+    np.testing.assert_array_equal(before, evidence(strategy))
+    kept = [i for i in range(60) if i not in (0, 7)]
+    np.testing.assert_array_equal(evidence(restored), before[np.ix_(kept, kept)])
+
+
+def test_a_state_saved_with_the_matrix_loads_as_pairs() -> None:
+    # Prepare: a sketch-mode state in the format before sampled pairs (an m × m matrix)
+    strategy = many_devices(pairwise="sketch")
+    state = strategy.state_dict()
+    arrays = {k: v for k, v in state.arrays.items() if not k.startswith("extra/pairs_")}
+    del arrays["extra/last_round"]
+    matrix = np.full((60, 60), np.nan)
+    matrix[3, 5] = matrix[5, 3] = 0.25
+    arrays["extra/similarity"] = matrix
+
+    # Execute
+    strategy.load_state_dict(StrategyState(arrays, json.loads(json.dumps(state.meta))))
+
+    # Assert
+    known = evidence(strategy)
+    assert known[3, 5] == known[5, 3] == 0.25
+    assert np.count_nonzero(~np.isnan(known)) == 2
