@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from coordinator.adapters.answer_workers import AnswerWorkers
 from coordinator.adapters.byte_budget import ANSWER_BUDGET_BYTES, ByteBudget
@@ -389,26 +390,31 @@ class AnswerCollector(OpenTasks):
     def _give_back(self, writes: Sequence[Write]) -> None:
         self.held.give_back(sum(len(w.payload) for w in writes if w.held))
 
+    def _hand_over(self, write: Write, add: Callable[[], object], refusal: str) -> None:
+        """``add()`` the answer of ``write`` to its stream and mark it streamed, or fail its
+        task with ``refusal`` and the stream's reason."""
+        try:
+            add()
+        except ValueError as error:
+            self.fail(write.pending.task_id, f"{refusal}: {error}")
+            return
+        write.pending.streamed = True
+
     def _settle(self, writes: Sequence[Write]) -> None:
         """Count journaled (or replayed) answers; with a stream, fold updates (with a probe
         stream, hand gradient answers) into it instead of keeping them, so their weights
         (and messages) are freed at once."""
         stream, probe_stream = self.stream, self.probe_stream
         for write in writes:
-            if stream is not None and isinstance(write.result, FitResult):
-                try:
-                    stream.add(write.result)
-                except ValueError as error:
-                    self.fail(write.pending.task_id, f"its update could not be folded: {error}")
-                    continue
-                write.pending.streamed = True
-            elif probe_stream is not None and isinstance(write.result, GradientResult):
-                try:
-                    probe_stream.add(write.result)
-                except ValueError as error:
-                    self.fail(write.pending.task_id, f"its probe answer was refused: {error}")
-                    continue
-                write.pending.streamed = True
+            result = write.result
+            if stream is not None and isinstance(result, FitResult):
+                self._hand_over(
+                    write, partial(stream.add, result), "its update could not be folded"
+                )
+            elif probe_stream is not None and isinstance(result, GradientResult):
+                self._hand_over(
+                    write, partial(probe_stream.add, result), "its probe answer was refused"
+                )
         with self._answered:
             for write in writes:
                 if not write.pending.streamed and write.pending.failure is None:

@@ -36,7 +36,9 @@ the cosines α (eq. 9) that the bipartition, the similarity criterion and the ev
 are those of count sketches of the updates, and a round *streams*
 (:meth:`CFL.open_stream`): each update is folded into its cluster's running sum as it
 arrives and only its norm and sketch are kept, so a round holds one sum per cluster and d
-numbers per client instead of every client's update. The norm criterion stays exact: ‖Σ
+numbers per client instead of every client's update; the evidence keeps sampled pairs of
+those cosines, each client with 32 others (:mod:`.pair_evidence`), instead of an m × m
+matrix. The norm criterion stays exact: ‖Σ
 (n_i/n_c) Δθ_i‖ could be estimated from the sketches (the sketch is linear, so the sketch
 of the mean is the mean of the sketches, its norm within 1 ± ε), but the stream keeps the
 sample-weighted sum of the updates as sent beside the robust one (a second sum per
@@ -66,9 +68,10 @@ import numpy as np
 from coordinator.strategies.aggregate import update_norms, weighted_average
 from coordinator.strategies.base import JsonDict, Strategy
 from coordinator.strategies.bipartition import bipartition_share, optimal_bipartition
-from coordinator.strategies.evidence import ClusterEvidence, load_matrix, record_pairs
-from coordinator.strategies.joining import grow_square, keep_square, most_served_key
+from coordinator.strategies.evidence import ClusterEvidence
+from coordinator.strategies.joining import most_served_key
 from coordinator.strategies.keys import cluster_key
+from coordinator.strategies.pair_evidence import FOREVER, PairEvidence
 from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
 from coordinator.strategies.parameters import FRACTION, Param
 from coordinator.strategies.sketch import sketch_cosine_matrix
@@ -225,8 +228,7 @@ class CFL(Strategy):
         self.last_splits_: list[tuple[str, str, str]] = []
         self.last_shares_: dict[str, float] = {}
         self.stream_bounds_: dict[str, StreamBounds] = {}
-        m = len(self.client_ids_)
-        self.similarity_: Float64Array = np.full((m, m), np.nan)
+        self._new_evidence()
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
@@ -234,12 +236,12 @@ class CFL(Strategy):
         live = sorted(set(self.clusters_.values()))
         for client in joining:
             self.clusters_[client] = keys[client] or most_served_key(self, live, joining)
-        self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+        self.evidence_.join(self.client_ids_, len(joining))
 
     def _leave(self, leaving: set[str], kept: list[int]) -> None:
         for client in leaving:
             del self.clusters_[client]
-        self.similarity_ = keep_square(self.similarity_, kept)
+        self.evidence_.leave(self.client_ids_, kept)
 
     def fit_models(self, server_round: int, client_id: str) -> tuple[str, ...]:
         return (self.clusters_[client_id],)
@@ -273,7 +275,7 @@ class CFL(Strategy):
         self.last_shares_ = {}
         if results and not self._has_split():
             rows = [self._index(r.client_id) for r in results]
-            record_pairs(self.similarity_, rows, self.comparer_.matrix([r.delta for r in results]))
+            self._record(server_round, rows, self.comparer_.matrix([r.delta for r in results]))
         for key in [k for k in self.models_ if k in by_cluster]:
             members = by_cluster[key]
             counts = [r.num_samples for r in members]
@@ -293,7 +295,7 @@ class CFL(Strategy):
                 clients = [r.client_id for r in members]
                 deltas = [r.delta for r in members]
                 cosines = partial(self.comparer_.matrix, deltas)
-                self._test_split(key, clients, cosines, mean_norm, max_norm)
+                self._test_split(server_round, key, clients, cosines, mean_norm, max_norm)
 
     # -- streaming (pairwise sketch) -------------------------------------------------------
 
@@ -333,7 +335,7 @@ class CFL(Strategy):
         whole_round: Float64Array | None = None
         if updates and not self._has_split():
             whole_round = _sketch_cosines(updates)
-            record_pairs(self.similarity_, [self._index(u.client_id) for u in updates], whole_round)
+            self._record(server_round, [self._index(u.client_id) for u in updates], whole_round)
         tested = [k for k in self.models_ if k in by_cluster]  # before a split changes models_
         self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
         for key in tested:
@@ -347,7 +349,19 @@ class CFL(Strategy):
                 if whole_round is not None and len(members) == len(updates):
                     # before the first split the one cluster is the round, in its order
                     cosines = partial(_same, whole_round)
-                self._test_split(key, clients, cosines, mean_norm, max_norm)
+                self._test_split(server_round, key, clients, cosines, mean_norm, max_norm)
+
+    def _new_evidence(self) -> None:
+        """No evidence yet: an m × m matrix under exact comparisons, sampled pairs (each kept
+        until measured again) under sketches (:mod:`.pair_evidence`)."""
+        sampled = self.comparer_.sketcher is not None
+        self.evidence_ = PairEvidence(self.client_ids_, sampled=sampled, memory=FOREVER)
+
+    def _record(self, server_round: int, rows: Sequence[int], cosines: Float64Array) -> None:
+        """The cosines (k × k) of the clients at ``rows`` become their latest evidence."""
+        self.evidence_.record(
+            server_round, rows, block=lambda: cosines, pairs=lambda a, b: cosines[a, b]
+        )
 
     def _has_split(self) -> bool:
         """Whether any cluster has been split yet."""
@@ -362,9 +376,10 @@ class CFL(Strategy):
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(labels[c] for c in self.client_ids_),
-            similarity=self.similarity_.copy(),
+            similarity=self.evidence_.similarity(),
             measure="cosine similarity of the weight updates in the round a cluster holding "
-            "both clients was last split (before the first split: the last round)",
+            "both clients was last split (before the first split: the last round; "
+            f"{self.evidence_.describe()})",
             merge_measure="n/a: CFL splits clusters and never merges them",
             unrelated=0.0,
         )
@@ -395,6 +410,7 @@ class CFL(Strategy):
 
     def _test_split(
         self,
+        server_round: int,
         key: str,
         members: Sequence[str],
         cosines: Callable[[], Float64Array],
@@ -407,17 +423,19 @@ class CFL(Strategy):
         if self.criterion == "norms":
             if mean_norm < self.eps1 and max_norm > self.eps2:
                 similarity = cosines()
-                self._split(key, members, similarity, optimal_bipartition(similarity))
+                halves = optimal_bipartition(similarity)
+                self._split(server_round, key, members, similarity, halves)
             return
         similarity = cosines()
         halves = optimal_bipartition(similarity)
         share = bipartition_share(similarity, halves)
         self.last_shares_[key] = share
         if share < self.cross_share:
-            self._split(key, members, similarity, halves)
+            self._split(server_round, key, members, similarity, halves)
 
     def _split(
         self,
+        server_round: int,
         key: str,
         members: Sequence[str],
         similarity: Float64Array,
@@ -428,7 +446,7 @@ class CFL(Strategy):
 
         The members' cosines that decided the split become their evidence of cluster quality.
         """
-        record_pairs(self.similarity_, [self._index(c) for c in members], similarity)
+        self._record(server_round, [self._index(c) for c in members], similarity)
         new_keys = (cluster_key(self.next_cluster_id_), cluster_key(self.next_cluster_id_ + 1))
         self.next_cluster_id_ += 2
         model = self.models_.pop(key)
@@ -451,7 +469,7 @@ class CFL(Strategy):
             "comparer": self.comparer_.state(),
             "stream_bounds": bounds_state(self.stream_bounds_),
         }
-        return meta, {"similarity": self.similarity_.copy()}
+        return meta, self.evidence_.arrays()
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         clusters = list(meta["clusters"])
@@ -471,7 +489,8 @@ class CFL(Strategy):
         self.last_splits_ = []
         self.last_shares_ = {}
         self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))
-        self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
+        self._new_evidence()
+        self.evidence_.load(self.client_ids_, arrays)
 
 
 def _same(matrix: Float64Array) -> Float64Array:

@@ -84,9 +84,14 @@ from coordinator.strategies.flhc_tree import (
     linkage_tree,
     weakest_heights,
 )
-from coordinator.strategies.joining import grow_square, keep_square, most_served_key
+from coordinator.strategies.joining import most_served_key
 from coordinator.strategies.keys import GLOBAL, cluster_key
-from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
+from coordinator.strategies.pair_evidence import FOREVER, PairEvidence
+from coordinator.strategies.pairwise import (
+    PAIRWISE_PARAMETERS,
+    sketch_pair_cosines,
+    strategy_comparer,
+)
 from coordinator.strategies.parameters import Param
 from coordinator.strategies.sketch import sketch_cosine_matrix
 from coordinator.strategies.streaming import (
@@ -102,7 +107,7 @@ from coordinator.strategies.streaming import (
 )
 from faultfleet.errors import UsageError
 from faultfleet.tasks import Failure, FitInstruction, FitResult
-from faultfleet.types import Float64Array, FloatArray, ModelFactory
+from faultfleet.types import Float64Array, FloatArray, IntArray, ModelFactory
 
 logger = logging.getLogger(__name__)
 
@@ -127,9 +132,10 @@ class FLHC(Strategy):
         Merge heights of the clustering round, only just after it (not saved in the state).
     cut_ : float or None
         The height the dendrogram was cut at (``distance_threshold`` or the one chosen).
-    similarity_ : array of shape (m, m), float64
-        Cosine similarity of the clustering round's updates, NaN for clients that did not
-        answer it (the evidence of cluster quality).
+    evidence_ : PairEvidence
+        Cosine similarity of the clustering round's updates, unknown for clients that did
+        not answer it (the evidence of cluster quality): every pair under exact
+        comparisons, sampled pairs under sketches.
     weakest_ : dict of str to float
         Per cluster key, the height of the highest merge inside the cluster.
     stream_bounds_ : dict of str to StreamBounds
@@ -224,15 +230,14 @@ class FLHC(Strategy):
         self.clusters_: dict[str, str] = {}
         self.last_heights_: Float64Array | None = None
         self.cut_: float | None = None
-        m = len(self.client_ids_)
-        self.similarity_: Float64Array = np.full((m, m), np.nan)
+        self._new_evidence()
         self.weakest_: dict[str, float] = {}
         self.stream_bounds_: dict[str, StreamBounds] = {}
 
     def _join(
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
     ) -> None:
-        self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+        self.evidence_.join(self.client_ids_, len(joining))
         if not self.clustered_:
             return
         for client in joining:
@@ -243,7 +248,13 @@ class FLHC(Strategy):
     def _leave(self, leaving: set[str], kept: list[int]) -> None:
         for client in leaving:
             self.clusters_.pop(client, None)
-        self.similarity_ = keep_square(self.similarity_, kept)
+        self.evidence_.leave(self.client_ids_, kept)
+
+    def _new_evidence(self) -> None:
+        """No evidence yet: an m × m matrix under exact comparisons, sampled pairs (kept for
+        the run) under sketches (:mod:`.pair_evidence`)."""
+        sampled = self.comparer_.sketcher is not None
+        self.evidence_ = PairEvidence(self.client_ids_, sampled=sampled, memory=FOREVER)
 
     def _check_parameter_rules(self) -> None:
         if self.max_clusters is not None and self.max_clusters < self.min_clusters:
@@ -313,7 +324,11 @@ class FLHC(Strategy):
         if sketcher is None:
             rows = np.stack([np.asarray(r.delta, dtype=np.float64) for r in results])
             labels = self._settle(
-                server_round, clients, rows, lambda: cosine_similarity_matrix(list(rows))
+                server_round,
+                clients,
+                rows,
+                lambda: cosine_similarity_matrix(list(rows)),
+                lambda a, b: cosine_similarity_matrix(list(rows))[a, b],
             )
         else:  # sketches under a trimmed mean, which takes the list
             deltas = [np.asarray(r.delta, dtype=np.float32) for r in results]
@@ -335,13 +350,15 @@ class FLHC(Strategy):
         clients: Sequence[str],
         rows: Float64Array,
         cosines: Callable[[], Float64Array],
+        pair_cosines: Callable[[IntArray, IntArray], Float64Array],
         *,
         gram: bool = False,
     ) -> np.ndarray[Any, np.dtype[np.intp]]:
         """Cut the dendrogram of ``rows`` (one per client of ``clients``), assign every one
-        of them its cluster key and record the evidence, the k × k matrix ``cosines()``
-        returns (made once the linkage's distances are gone); returns the labels, 0-based,
-        in the order of ``clients``."""
+        of them its cluster key and record the evidence (made once the linkage's distances
+        are gone): the k × k matrix ``cosines()`` returns, or under sketches the cosines of
+        sampled pairs, ``pair_cosines(a, b)``; returns the labels, 0-based, in the order of
+        ``clients``."""
         tree = linkage_tree(rows, linkage_name=self.linkage, metric=self.metric, gram=gram)
         heights = np.asarray(tree[:, 2], dtype=np.float64)
         if self.distance_threshold is None:
@@ -351,13 +368,8 @@ class FLHC(Strategy):
         else:
             cut = float(self.distance_threshold)
         labels = flat_labels(tree, cut, len(clients))
-        cosine = cosines()
-        np.fill_diagonal(cosine, np.nan)
-        where = np.array([self._index(c) for c in clients], dtype=np.intp)
-        if np.array_equal(where, np.arange(len(self.client_ids_))):
-            self.similarity_ = cosine  # every client, in order: no second k × k array
-        else:
-            self.similarity_[np.ix_(where, where)] = cosine
+        where = [self._index(c) for c in clients]
+        self.evidence_.record(server_round, where, block=cosines, pairs=pair_cosines, take=True)
         self.weakest_ = {cluster_key(k): h for k, h in weakest_heights(tree, labels).items()}
         self.cut_ = cut
         for client, label in zip(clients, labels, strict=True):
@@ -379,7 +391,12 @@ class FLHC(Strategy):
         """:meth:`_settle` on the unit sketches ``units`` (k, d) scaled by the updates' norms."""
         rows = units.astype(np.float64) * norms[:, None]
         return self._settle(
-            server_round, clients, rows, lambda: sketch_cosine_matrix(units), gram=True
+            server_round,
+            clients,
+            rows,
+            lambda: sketch_cosine_matrix(units),
+            lambda a, b: sketch_pair_cosines(units, a, b),
+            gram=True,
         )
 
     # -- streaming (pairwise sketch) -------------------------------------------------------
@@ -454,8 +471,9 @@ class FLHC(Strategy):
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(labels[c] for c in self.client_ids_),
-            similarity=self.similarity_.copy(),
-            measure="cosine similarity of the weight updates of FL+HC's clustering round",
+            similarity=self.evidence_.similarity(),
+            measure="cosine similarity of the weight updates of FL+HC's clustering round "
+            f"({self.evidence_.describe()})",
             settled=self.clustered_,
             weakest_merges={keys.index(k): h for k, h in self.weakest_.items() if k in keys},
             merge_measure=f"{self.linkage} linkage height of the highest merge inside the "
@@ -474,7 +492,7 @@ class FLHC(Strategy):
             "comparer": self.comparer_.state(),
             "stream_bounds": bounds_state(self.stream_bounds_),
         }
-        return meta, {"similarity": self.similarity_.copy()}
+        return meta, self.evidence_.arrays()
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
         clusters: list[str | None] = list(meta["clusters"])
@@ -497,9 +515,6 @@ class FLHC(Strategy):
         cut = meta.get("cut")
         self.cut_ = None if cut is None else float(cut)
         self.weakest_ = {str(k): float(v) for k, v in meta.get("weakest", {}).items()}
-        m = len(self.client_ids_)
-        saved = arrays.get("similarity")
-        self.similarity_ = (
-            np.full((m, m), np.nan) if saved is None else np.array(saved, dtype=np.float64)
-        )
+        self._new_evidence()
+        self.evidence_.load(self.client_ids_, arrays)
         self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))

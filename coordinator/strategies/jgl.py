@@ -75,12 +75,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.strategies.base import JsonDict, Strategy
-from coordinator.strategies.evidence import (
-    ClusterEvidence,
-    RecentPairs,
-    load_matrix,
-    record_pairs,
-)
+from coordinator.strategies.evidence import SAME_MODEL_MEMORY, ClusterEvidence
 from coordinator.strategies.jgl_identity import (
     PARAMETERS,
     Reference,
@@ -88,8 +83,8 @@ from coordinator.strategies.jgl_identity import (
     fill_empty_clusters,
 )
 from coordinator.strategies.jgl_probe import GradientProbe, check_answer, choose_identity
-from coordinator.strategies.joining import grow_square, keep_square
 from coordinator.strategies.keys import cluster_key, cluster_number
+from coordinator.strategies.pair_evidence import PairEvidence
 from coordinator.strategies.pairwise import (
     PAIRWISE_PARAMETERS,
     sketch_pair_cosines,
@@ -135,16 +130,13 @@ class JointGradientLoss(Strategy):
         fix.
     stream_bounds_ : dict of str to StreamBounds
         The medians a streamed round's robust rules measure against (the last round's).
-    similarity_ : array of shape (m, m), float64
-        Under exact comparisons, the latest probe-gradient cosine of every pair of devices
-        (NaN: never probed together); empty under sketches.
-    probe_pairs_ : RecentPairs or None
-        Under sketches, those cosines for sampled pairs of the last few probes.
+    evidence_ : PairEvidence
+        The latest probe-gradient cosine of every pair of devices probed together (under
+        sketches: of sampled pairs, the last :data:`~.evidence.SAME_MODEL_MEMORY` probes).
     """
 
     name: ClassVar[str] = "jgl"
-    similarity_: Float64Array
-    probe_pairs_: RecentPairs | None
+    evidence_: PairEvidence
     probes: ClassVar[bool] = True
     parameters: ClassVar[tuple[Param, ...]] = (*PARAMETERS, *PAIRWISE_PARAMETERS)
 
@@ -194,10 +186,7 @@ class JointGradientLoss(Strategy):
         self, joining: list[str], keys: Mapping[str, str | None], model_factory: ModelFactory
     ) -> None:
         self.identities_.update({c: cluster_number(k) for c, k in keys.items() if k is not None})
-        if self.probe_pairs_ is not None:
-            self.probe_pairs_.resize(self.client_ids_)
-        else:
-            self.similarity_ = grow_square(self.similarity_, len(joining), np.nan)
+        self.evidence_.join(self.client_ids_, len(joining))
 
     def _leave(self, leaving: set[str], kept: list[int]) -> None:
         for client in leaving:
@@ -207,10 +196,7 @@ class JointGradientLoss(Strategy):
             if self.plan_ is not None:
                 self.plan_.pop(client, None)
         self.probed_ = tuple(c for c in self.probed_ if c not in leaving)
-        if self.probe_pairs_ is not None:
-            self.probe_pairs_.resize(self.client_ids_)
-        else:
-            self.similarity_ = keep_square(self.similarity_, kept)
+        self.evidence_.leave(self.client_ids_, kept)
 
     # -- probe: losses and gradients, identities -------------------------------------------
 
@@ -267,12 +253,16 @@ class JointGradientLoss(Strategy):
                 )
             similarities.append(similarity)
         answered = cast(Sequence[GradientResult], results)
-        if len(answered) >= 2:
-            total = np.zeros((len(answered), len(answered)))
-            for key in keys:
-                total += self.comparer_.matrix([r.gradients[key] for r in answered])
-            rows = [self._index(r.client_id) for r in answered]
-            record_pairs(self.similarity_, rows, total / len(keys))
+        total = np.zeros((len(answered), len(answered)))
+        for key in keys:
+            total += self.comparer_.matrix([r.gradients[key] for r in answered])
+        mean = total / len(keys)
+        self.evidence_.record(
+            server_round,
+            [self._index(r.client_id) for r in answered],
+            block=lambda: mean,
+            pairs=lambda a, b: mean[a, b],
+        )
         self._probed(chosen, similarities, failures)
 
     def open_probe_stream(self, server_round: int, step: int) -> GradientProbe | None:
@@ -307,32 +297,30 @@ class JointGradientLoss(Strategy):
         self.probe_gradients_ = {
             c: gradients for c in order if (gradients := answers[c].gradients) is not None
         }
-        rows = [self._index(c) for c in order]
         sketches = [np.stack([answers[c].sketches[k] for c in order]) for k in range(len(keys))]
-        if self.probe_pairs_ is not None:
 
-            def cosines(a: IntArray, b: IntArray) -> Float64Array:
-                total = np.zeros(len(a))
-                for rows_k in sketches:
-                    total += sketch_pair_cosines(rows_k, a, b)
-                return total / len(sketches)
-
-            self.probe_pairs_.record_rows(server_round, rows, cosines)
-        elif len(order) >= 2:
+        def block() -> Float64Array:
             total = np.zeros((len(order), len(order)))
             for rows_k in sketches:
                 total += sketch_cosine_matrix(rows_k)
-            record_pairs(self.similarity_, rows, total / len(sketches))
+            return total / len(sketches)
+
+        def pairs(a: IntArray, b: IntArray) -> Float64Array:
+            total = np.zeros(len(a))
+            for rows_k in sketches:
+                total += sketch_pair_cosines(rows_k, a, b)
+            return total / len(sketches)
+
+        rows = [self._index(c) for c in order]
+        self.evidence_.record(server_round, rows, block=block, pairs=pairs)
         chosen = {c: answers[c].identity for c in order}
         self._probed(chosen, [answers[c].similarity for c in order], failures)
 
     def _new_evidence(self) -> None:
-        """No probe evidence yet: an m × m matrix under exact comparisons, sampled pairs
-        under sketches (:class:`~.evidence.RecentPairs`)."""
-        m = len(self.client_ids_)
-        sketched = self.comparer_.sketcher is not None
-        self.probe_pairs_ = RecentPairs(self.client_ids_) if sketched else None
-        self.similarity_ = np.full((0, 0) if sketched else (m, m), np.nan)
+        """No probe evidence yet: an m × m matrix under exact comparisons, sampled pairs of
+        the last probes under sketches (:mod:`.pair_evidence`)."""
+        sampled = self.comparer_.sketcher is not None
+        self.evidence_ = PairEvidence(self.client_ids_, sampled=sampled, memory=SAME_MODEL_MEMORY)
 
     def _check_probe_round(self, server_round: int, step: int) -> None:
         if server_round != self.probe_round_ or step != 0:
@@ -478,19 +466,12 @@ class JointGradientLoss(Strategy):
         """The devices' probe gradients compared on each of the K models (latest per pair;
         under sketches each device with sampled others, the last few probes)."""
         labels = self.cluster_labels()
-        pairs = self.probe_pairs_
         return ClusterEvidence(
             client_ids=self.client_ids_,
             labels=tuple(labels[c] for c in self.client_ids_),
-            similarity=self.similarity_.copy() if pairs is None else pairs.current(),
+            similarity=self.evidence_.similarity(),
             measure="cosine similarity of two devices' probe gradients, averaged over the K "
-            "cluster models ("
-            + (
-                "latest probe of the pair)"
-                if pairs is None
-                else f"latest per pair, last {pairs.memory} probes, each device with "
-                f"{pairs.partners} sampled others)"
-            ),
+            f"cluster models (latest probe of the pair; {self.evidence_.describe()})",
             merge_measure="n/a: JGL keeps K clusters and never merges them",
         )
 
@@ -514,10 +495,7 @@ class JointGradientLoss(Strategy):
             "stream_bounds": bounds_state(self.stream_bounds_),
         }
         arrays = {"last_update": self.last_update_.copy(), "has_update": self.has_update_.copy()}
-        if self.probe_pairs_ is None:
-            arrays["similarity"] = self.similarity_.copy()
-        else:
-            arrays.update(self.probe_pairs_.arrays(""))
+        arrays.update(self.evidence_.arrays())
         return meta, arrays
 
     def _load_extra_state(self, meta: JsonDict, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
@@ -541,8 +519,5 @@ class JointGradientLoss(Strategy):
         self.last_update_ = np.array(arrays["last_update"], dtype=np.float32)
         self.has_update_ = np.array(arrays["has_update"], dtype=bool)
         self._new_evidence()
-        if self.probe_pairs_ is not None:  # pairs, or the matrix of a state saved before
-            self.probe_pairs_.load(self.client_ids_, arrays, "")
-        else:
-            self.similarity_ = load_matrix(arrays, "similarity", len(self.client_ids_))
+        self.evidence_.load(self.client_ids_, arrays)
         self.stream_bounds_ = load_bounds(meta.get("stream_bounds", {}))

@@ -366,3 +366,52 @@ def test_a_trimmed_mean_takes_the_list_even_under_sketches() -> None:
 
     assert strategy.open_stream(2) is None
     assert strategy.averaged_.averages == 1
+
+
+def test_under_sketches_a_large_round_keeps_sampled_pairs_until_measured_again() -> None:
+    # Prepare: 60 clients in two opposite groups, more than 32 partners + 1; a split at
+    # round 2 (the similarity criterion), rounds 1 and 2 before it record the whole round
+    sixty = {f"{g}{i:02d}": int(g == "b") for g in "ab" for i in range(30)}
+
+    def updates(seed: int) -> dict[str, FloatArray]:
+        rng = np.random.default_rng(seed)
+        direction = np.zeros(2000, dtype=np.float32)
+        direction[0] = 1.0
+        return {
+            c: np.asarray((2 if g == 0 else -2) * direction + rng.normal(0, 0.02, 2000), np.float32)
+            for c, g in sixty.items()
+        }
+
+    def run(pairwise: str) -> CFL:
+        strategy = CFL(min_rounds=2, pairwise=pairwise, criterion="similarity")
+        strategy.initialize(list(sixty), lambda j: np.zeros(2000, np.float32))
+        for server_round in (1, 2, 3):
+            train_round(strategy, server_round, updates(server_round))
+        return strategy
+
+    # Execute
+    sketched, exact = run("sketch"), run("exact")
+
+    # Assert: the split found both ways; the evidence of 32 partners a client and a round,
+    # accumulated over the two rounds that recorded (a pair of round 1 not drawn again stays)
+    assert groups_found(sketched, sixty) == groups_found(exact, sixty) == 1.0
+    evidence = sketched.cluster_evidence()
+    assert sketched.evidence_.matrix.size == 0
+    assert "each client with 32 sampled others" in evidence.measure
+    known = evidence.similarity_matrix()
+    full = exact.cluster_evidence().similarity_matrix()
+    assert known is not None
+    assert full is not None
+    pairs = ~np.isnan(known)
+    assert 60 * 32 < np.count_nonzero(pairs) < 60 * 59
+    assert np.count_nonzero(~np.isnan(full)) == 60 * 59
+    np.testing.assert_allclose(known[pairs], full[pairs], atol=0.25)  # the JL bound's ε
+    restored = CFL(min_rounds=2, pairwise="sketch", criterion="similarity")
+    restored.initialize(list(sixty), lambda j: np.zeros(2000, np.float32))
+    state = sketched.state_dict()
+    restored.load_state_dict(
+        StrategyState(
+            {k: v.copy() for k, v in state.arrays.items()}, json.loads(json.dumps(state.meta))
+        )
+    )
+    np.testing.assert_array_equal(restored.cluster_evidence().similarity_matrix(), known)

@@ -115,7 +115,10 @@ def test_a_stream_folded_in_any_order_gives_the_lists_round() -> None:
 
     # Assert: the same clusters, evidence, heights and models
     assert streamed.cluster_labels() == listed.cluster_labels()
-    np.testing.assert_array_equal(streamed.similarity_, listed.similarity_)
+    np.testing.assert_array_equal(
+        streamed.cluster_evidence().similarity_matrix(),
+        listed.cluster_evidence().similarity_matrix(),
+    )
     assert streamed.last_heights_ is not None
     assert listed.last_heights_ is not None
     np.testing.assert_allclose(streamed.last_heights_, listed.last_heights_, rtol=1e-9)
@@ -173,3 +176,57 @@ def test_a_trimmed_mean_takes_the_list_and_still_clusters_on_sketches() -> None:
     assert adjusted_rand_index(GROUPS, labels) == 1
     assert not np.allclose(strategy.models["cluster-0"], strategy.models["cluster-1"])
     assert GLOBAL not in strategy.models
+
+
+def test_under_sketches_a_large_round_keeps_sampled_pairs_for_the_run() -> None:
+    # Prepare: 60 clients in two groups, more than 32 partners + 1
+    many = [f"m{i:02d}" for i in range(60)]
+
+    def run(pairwise: str) -> FLHC:
+        strategy = FLHC(fraction=1.0, n_warmup=0, pairwise=pairwise, sketch_epsilon=EPSILON)
+        strategy.initialize(many, model)
+        stream = strategy.open_stream(1)
+        results = []
+        for i, client in enumerate(many):
+            direction = DIRECTIONS[i % 2] / np.linalg.norm(DIRECTIONS[i % 2])
+            noise = np.random.default_rng(i).normal(0, 0.01, N_PARAMS).astype(np.float32)
+            base = strategy.models[GLOBAL]
+            delta = (direction + noise).astype(np.float32)
+            results.append(FitResult(client, GLOBAL, base + delta, None, 10, 0.5, base=base))
+        if stream is None:
+            strategy.aggregate_round(1, results, [])
+        else:
+            for result in results:
+                stream.add(result)
+            strategy.aggregate_stream(1, stream, [])
+        for server_round in (2, 3):  # later rounds record no evidence: it stays
+            strategy.aggregate_round(server_round, [], [])
+        return strategy
+
+    # Execute
+    sketched, exact = run("sketch"), run("exact")
+
+    # Assert: 32 partners each instead of 59, their cosines the sketches' (close to exact)
+    evidence = sketched.cluster_evidence()
+    assert sketched.evidence_.matrix.size == 0
+    assert len(evidence.similarity) == 60 * 32 // 2  # type: ignore[arg-type]
+    assert "each client with 32 sampled others" in evidence.measure
+    known, full = evidence.similarity_matrix(), exact.cluster_evidence().similarity_matrix()
+    assert known is not None
+    assert full is not None
+    assert np.count_nonzero(~np.isnan(full)) == 60 * 59
+    pairs = ~np.isnan(known)
+    np.testing.assert_allclose(known[pairs], full[pairs], atol=EPSILON)  # the JL bound
+    assert sketched.cluster_labels() == exact.cluster_labels()
+
+    # and they survive a restart
+    state = sketched.state_dict()
+    assert "extra/similarity" not in state.arrays
+    restored = FLHC(fraction=1.0, n_warmup=0, pairwise="sketch", sketch_epsilon=EPSILON)
+    restored.initialize(many, model)
+    restored.load_state_dict(
+        StrategyState(
+            {k: v.copy() for k, v in state.arrays.items()}, json.loads(json.dumps(state.meta))
+        )
+    )
+    np.testing.assert_array_equal(restored.cluster_evidence().similarity_matrix(), known)

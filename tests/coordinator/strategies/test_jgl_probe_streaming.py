@@ -265,7 +265,7 @@ def test_a_large_probe_keeps_sampled_pairs_with_the_sketches_cosines() -> None:
     known = strategy.cluster_evidence().similarity
     assert isinstance(known, KnownPairs)
     assert len(known) == 60 * 32 // 2
-    assert strategy.similarity_.size == 0  # no m × m matrix
+    assert strategy.evidence_.matrix.size == 0  # no m × m matrix
     kept = stream.answers()
     matrix = evidence(strategy)
     rows, cols = np.nonzero(~np.isnan(matrix))
@@ -275,14 +275,14 @@ def test_a_large_probe_keeps_sampled_pairs_with_the_sketches_cosines() -> None:
         assert matrix[i, j] == pytest.approx(expected, abs=1e-6)
     exact = many_devices(pairwise="exact")
     probe_many(exact, 1)
-    assert len(exact.similarity_) == 60
-    assert np.count_nonzero(~np.isnan(exact.similarity_)) == 60 * 59
+    assert isinstance(exact.cluster_evidence().similarity, np.ndarray)
+    assert np.count_nonzero(~np.isnan(evidence(exact))) == 60 * 59
 
 
 def test_sampled_pairs_older_than_the_memory_are_forgotten() -> None:
     # Prepare / Execute: devices 0-29 probed in round 1 only, every device from round 2 on
     strategy = many_devices(pairwise="sketch")
-    memory = strategy.probe_pairs_.memory  # type: ignore[union-attr]
+    memory = strategy.evidence_.pairs.memory  # type: ignore[union-attr]
     strategy.configure_probe(1, 0, MANY[:30], np.random.default_rng(0))
     stream = strategy.open_probe_stream(1, 0)
     assert stream is not None
@@ -297,7 +297,7 @@ def test_sampled_pairs_older_than_the_memory_are_forgotten() -> None:
     now = known_pairs(strategy)
     assert len(first_probe) == 30 * 29
     assert first_probe - now  # some were not sampled again and have been forgotten
-    pairs = strategy.probe_pairs_
+    pairs = strategy.evidence_.pairs
     assert pairs is not None
     assert int(pairs.pairs_.measured.min()) >= 2
 
