@@ -58,6 +58,7 @@ def atomic_write_buffers(
     *,
     mode: int = PUBLIC_MODE,
     make_parent: bool = True,
+    reuse: Path | None = None,
 ) -> Path:
     """As :func:`atomic_write`, the file's content the concatenation of ``buffers``.
 
@@ -68,13 +69,23 @@ def atomic_write_buffers(
     them (up to the switch interval, 5 ms, behind a thread copying a large message):
     a writer thread making few calls loses little time that way. ``make_parent=False``
     skips creating the parent folder (the caller knows it is there).
+
+    ``reuse`` names a file nobody reads, on the file system of ``path``, to write into
+    instead of a new temporary file (it keeps its permissions): its blocks, and on tmpfs its
+    pages, are overwritten rather than allocated, which costs about half the CPU and, on a
+    disk, half the wait of the fsync; its length is cut to the content's and it is renamed
+    to ``path`` once complete, so a reader still sees the old file or the whole new one.
+    When it is gone a new temporary file is written as without it.
     """
     if make_parent:
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp_path = _temporary_fd(path, mode)
+    reused = _open_reused(reuse) if reuse is not None else None
+    fd, temp_path = reused if reused is not None else _temporary_fd(path, mode)
     try:
         try:
-            _write_all(fd, [memoryview(b).cast("B") for b in buffers])
+            size = _write_all(fd, [memoryview(b).cast("B") for b in buffers])
+            if reused is not None:
+                os.ftruncate(fd, size)  # what the file held beyond the content goes
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -85,9 +96,20 @@ def atomic_write_buffers(
     return path
 
 
-def _write_all(fd: int, views: list[memoryview]) -> None:
-    """Write ``views`` to ``fd`` in order, resuming after short writes."""
+def _open_reused(path: Path) -> tuple[int, Path] | None:
+    """``path`` open for writing from its start (its descriptor, and itself), or None when
+    it is not there."""
+    try:
+        return os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)), path
+    except FileNotFoundError:
+        return None
+
+
+def _write_all(fd: int, views: list[memoryview]) -> int:
+    """Write ``views`` to ``fd`` in order, resuming after short writes; returns the bytes
+    written."""
     views = [v for v in views if v.nbytes]
+    total = sum(v.nbytes for v in views)
     while views:
         written = os.writev(fd, views[:_IOV_MAX])
         while written and views:
@@ -96,6 +118,7 @@ def _write_all(fd: int, views: list[memoryview]) -> None:
             else:
                 views[0] = views[0][written:]
                 written = 0
+    return total
 
 
 def _temporary_fd(path: Path, mode: int) -> tuple[int, Path]:

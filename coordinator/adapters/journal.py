@@ -10,12 +10,21 @@ After a restart the engine resumes from its last checkpoint and replays the inte
 round with the same available agents, so it samples the same agents and sends the same
 tasks (same task ids: they hash the round, agent, weights and seed). Tasks whose update is
 in the journal are not sent again; the round only waits for the rest.
+
+A completed round's segments are not deleted but kept as spares (up to ``spare_bytes``, in
+a folder beside the journal's, ``<journal>.spare``), and the next round's batches are
+written into them (:func:`~faultfleet.files.atomic_write_buffers` with ``reuse``):
+overwriting a file's blocks, or on tmpfs its pages, costs the kernel about half of what
+allocating them for a new file does, and on a disk the fsync waits about half as long. A
+spare becomes a segment only by its rename once written and fsynced, as a new temporary
+file does, so a crash leaves the same journal either way.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import struct
 from collections.abc import Sequence
@@ -30,6 +39,9 @@ _PLAN = "round.json"
 _SUFFIX = ".segment"
 _RECORD = struct.Struct(">HQ")
 """Record header: task-id length, payload length; then the task id and the payload."""
+_SPARE = ".spare"
+SPARE_BYTES = 256 * 1024 * 1024
+"""Segments of a completed round kept to be written over by the next (bytes at most)."""
 
 
 class RoundJournal:
@@ -39,11 +51,17 @@ class RoundJournal:
     ----------
     directory : Path
         Created on first use; cleared when a round completes.
+    spare_bytes : int
+        The most bytes of a completed round's segments kept beside it to be written over
+        (0: none; see the module docstring).
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, spare_bytes: int = SPARE_BYTES) -> None:
         self.directory = directory
+        self.spare_bytes = spare_bytes
+        self.spare_directory = directory.with_name(directory.name + ".spare")
         self._sequence = 0
+        self._spares: list[Path] | None = None
 
     def begin(self, server_round: int, available: Sequence[str]) -> None:
         """Start ``server_round``; keeps accepted updates only if they belong to that round."""
@@ -94,10 +112,19 @@ class RoundJournal:
             buffers.append(_RECORD.pack(len(name), len(payload)) + name)
             buffers.append(payload)
         path = self.directory / f"{self._sequence:010d}{_SUFFIX}"
+        spare = self._take_spare()
         try:
-            atomic_write_buffers(path, buffers, make_parent=fresh)
+            atomic_write_buffers(path, buffers, make_parent=fresh, reuse=spare)
         except FileNotFoundError:  # the folder went away since the last batch
             atomic_write_buffers(path, buffers)
+
+    def _take_spare(self) -> Path | None:
+        """A spare segment to write over, or None."""
+        spares = self._spares  # clear() may drop the list meanwhile; this one is still good
+        if spares is None:
+            found = self.spare_directory.glob(f"*{_SPARE}") if self.spare_directory.is_dir() else ()
+            spares = self._spares = sorted(found)
+        return spares.pop() if spares else None
 
     def accepted(self) -> dict[str, bytes]:
         """Accepted payloads of the round in flight by task id (a later record wins)."""
@@ -129,9 +156,31 @@ class RoundJournal:
         return max(numbers, default=0)
 
     def clear(self) -> None:
-        """Forget the round in flight (after its checkpoint is written)."""
+        """Forget the round in flight (after its checkpoint is written); its segments become
+        spares, up to ``spare_bytes`` of them with those kept already."""
+        self._keep_spares()
         shutil.rmtree(self.directory, ignore_errors=True)
         self._sequence = 0
+
+    def _keep_spares(self) -> None:
+        if not self.directory.is_dir() or self.spare_bytes <= 0:
+            return
+        spares = self.spare_directory
+        try:
+            held = sorted(spares.glob(f"*{_SPARE}")) if spares.is_dir() else []
+            kept = sum(p.stat().st_size for p in held)
+            number = max((int(p.stem) for p in held if p.stem.isdigit()), default=0)
+            for segment in sorted(self.directory.glob(f"*{_SUFFIX}")):
+                size = segment.stat().st_size
+                if kept + size > self.spare_bytes:
+                    break
+                spares.mkdir(exist_ok=True)
+                number += 1
+                os.replace(segment, spares / f"{number:010d}{_SPARE}")
+                kept += size
+        except OSError as error:  # another file system, permissions: new files it is
+            logger.debug("round journal %s keeps no spare segments: %s", self.directory, error)
+        self._spares = None
 
     def _plan(self) -> tuple[int, list[str]] | None:
         path = self.directory / _PLAN

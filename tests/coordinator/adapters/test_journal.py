@@ -215,3 +215,65 @@ def test_large_payloads_are_journaled_byte_for_byte(journal: RoundJournal) -> No
     journal.record_many([("m01", "t1", big), ("m02", "t2", b"")])
 
     assert journal.accepted() == {"t1": big, "t2": b""}
+
+
+def test_a_completed_rounds_segments_are_written_over_by_the_next(tmp_path: Path) -> None:
+    # Prepare: round 1 writes three batches, the last one long
+    journal = RoundJournal(tmp_path / "journal")
+    journal.begin(1, ["m01"])
+    journal.record_many([("m01", "t1", b"a" * 100), ("m01", "t2", b"b" * 100)])
+    journal.record("m01", "t3", b"c" * 50)
+    journal.record("m01", "t4", b"d" * 5000)
+
+    # Execute: the round completes; round 2 writes two short batches
+    journal.clear()
+    spares = sorted(journal.spare_directory.glob("*.spare"))
+    sizes = sorted(p.stat().st_size for p in spares)
+    journal.begin(2, ["m01"])
+    journal.record("m01", "u1", b"new one")
+    journal.record("m01", "u2", b"new two")
+
+    # Assert: the three segments became spares, two were written over (and cut to their
+    # content: nothing of round 1 is read back), one is left
+    assert len(spares) == 3
+    assert sizes[-1] > 5000
+    assert journal.accepted() == {"u1": b"new one", "u2": b"new two"}
+    assert len(list(journal.spare_directory.glob("*.spare"))) == 1
+    assert RoundJournal(tmp_path / "journal").accepted() == {"u1": b"new one", "u2": b"new two"}
+
+
+def test_spares_are_kept_up_to_their_budget_and_never_read_as_segments(tmp_path: Path) -> None:
+    # Prepare: a budget for one of two 1,000-byte segments; none at all for another journal
+    journal = RoundJournal(tmp_path / "journal", spare_bytes=1500)
+    none = RoundJournal(tmp_path / "other", spare_bytes=0)
+    for j in (journal, none):
+        j.begin(1, ["m01"])
+        j.record("m01", "t1", b"x" * 1000)
+        j.record("m01", "t2", b"y" * 1000)
+
+    # Execute
+    journal.clear()
+    none.clear()
+
+    # Assert
+    assert len(list(journal.spare_directory.glob("*.spare"))) == 1
+    assert not none.spare_directory.exists()
+    assert not journal.directory.exists()
+    assert journal.current_round() is None
+    assert journal.accepted() == {}
+
+
+def test_nothing_of_a_spares_old_records_is_read_back(tmp_path: Path) -> None:
+    # Prepare: round 1's one segment holds two records of the same size
+    journal = RoundJournal(tmp_path / "journal")
+    journal.begin(1, ["m01"])
+    journal.record_many([("m01", "t1", b"a" * 10), ("m01", "t2", b"b" * 10)])
+    journal.clear()
+
+    # Execute: round 2 writes one record of that size over it
+    journal.begin(2, ["m01"])
+    journal.record("m01", "u1", b"c" * 10)
+
+    # Assert: the old second record, complete as it is, is not there
+    assert journal.accepted() == {"u1": b"c" * 10}
+    assert not list(journal.spare_directory.glob("*.spare"))
