@@ -117,6 +117,19 @@ class RoundJournal:
             atomic_write_buffers(path, buffers, make_parent=fresh, reuse=spare)
         except FileNotFoundError:  # the folder went away since the last batch
             atomic_write_buffers(path, buffers)
+        except OSError as error:
+            if spare is None:
+                raise
+            # e.g. the journal's folder is a mount of its own: spares cannot be renamed in
+            logger.warning(
+                "round journal %s cannot write over its spare %s (%s); it writes new files "
+                "from now on",
+                self.directory,
+                spare,
+                error,
+            )
+            self.spare_bytes, self._spares = 0, []
+            atomic_write_buffers(path, buffers)
 
     def _take_spare(self) -> Path | None:
         """A spare segment to write over, or None."""

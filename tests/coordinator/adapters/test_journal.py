@@ -277,3 +277,28 @@ def test_nothing_of_a_spares_old_records_is_read_back(tmp_path: Path) -> None:
     # Assert: the old second record, complete as it is, is not there
     assert journal.accepted() == {"u1": b"c" * 10}
     assert not list(journal.spare_directory.glob("*.spare"))
+
+
+def test_a_spare_that_cannot_be_written_over_falls_back_to_new_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: the only "spare" is a folder, which cannot be opened for writing
+    journal = RoundJournal(tmp_path / "journal")
+    (journal.spare_directory / "0000000001.spare").mkdir(parents=True)
+    journal.begin(1, ["m01"])
+
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="coordinator.adapters.journal"):
+        journal.record("m01", "t1", b"kept")
+        journal.record("m01", "t2", b"kept too")
+    written = journal.accepted()
+    journal.clear()
+
+    # Assert: both written, the way out named once, no spares kept any more
+    assert written == {"t1": b"kept", "t2": b"kept too"}
+    assert caplog.text.count("cannot write over its spare") == 1
+    assert "writes new files from now on" in caplog.text
+    assert journal.spare_bytes == 0
+    assert list(journal.spare_directory.glob("*.spare")) == [
+        journal.spare_directory / "0000000001.spare"
+    ]
