@@ -51,10 +51,10 @@ sketch's error from the pair sampling's and fits larger fleets.
 Prints, per N: updates per round, mean and worst seconds per step over the rounds, peak
 RSS, the ARI of the sketch path's clusters against the exact path's and against the true
 groups, and the growth of the mean step time from the smallest N against n·log n.
-``--quality`` (FLACC) also times, once after the last round, what the coordinator's quality
+``--quality`` also times, once after the last round, what the coordinator's quality
 watch runs after every round (``assess(strategy.cluster_evidence())``: the remembered pairs
 as a list, cluster cohesion, margins, weakest links and the round's merges), and the peak
-RSS it reaches. ``--checkpoint`` (FLACC) times, once after the last round, what the
+RSS it reaches. ``--checkpoint`` times, once after the last round, what the
 coordinator writes after every round (the strategy's state through
 :func:`~coordinator.engine.state.save_state` with the run summary, fsync included, and
 ``summary.json``; wall seconds) and reading the state back, and prints the files' sizes.
@@ -172,6 +172,19 @@ def batch_worker(args: argparse.Namespace) -> None:
         "pairs": 0 if args.strategy == "fedavg" else updates * (updates - 1) // 2,
         "sketch_dim": 0 if sketcher is None else sketcher.dim,
     }
+    finish(strategy, args, rounds, line)
+
+
+def finish(strategy: Strategy, args: argparse.Namespace, rounds: int, line: dict[str, Any]) -> None:
+    """Add the quality watch's and the checkpoint's timings if asked for; print ``line``."""
+    if args.quality:
+        # what the coordinator's quality watch does after every round, timed once
+        started = time.process_time()
+        assess(strategy.cluster_evidence(), rounds)
+        line["quality_seconds"] = time.process_time() - started
+        line["quality_peak_rss_mb"] = own_peak_rss_bytes() / MB
+    if args.checkpoint:
+        line.update(time_checkpoint(strategy, rounds))
     print(json.dumps(line))
 
 
@@ -271,15 +284,7 @@ def worker(args: argparse.Namespace) -> None:
         "pairs": len(strategy.sketched_.memory) if strategy.sketched_ else 0,
         "sketch_dim": strategy.sketched_.sketcher.dim if strategy.sketched_ else 0,
     }
-    if args.quality:
-        # what the coordinator's quality watch does after every round, timed once
-        started = time.process_time()
-        assess(strategy.cluster_evidence(), args.rounds)
-        line["quality_seconds"] = time.process_time() - started
-        line["quality_peak_rss_mb"] = own_peak_rss_bytes() / MB
-    if args.checkpoint:
-        line.update(time_checkpoint(strategy, args.rounds))
-    print(json.dumps(line))
+    finish(strategy, args, args.rounds, line)
 
 
 def time_checkpoint(strategy: Strategy, server_round: int) -> dict[str, float]:
@@ -357,12 +362,12 @@ def main() -> None:
     parser.add_argument(
         "--quality",
         action="store_true",
-        help="also time the cluster-quality assessment (FLACC) after the last round",
+        help="also time the cluster-quality assessment after the last round",
     )
     parser.add_argument(
         "--checkpoint",
         action="store_true",
-        help="also time the checkpoint the coordinator writes after every round (FLACC)",
+        help="also time the checkpoint the coordinator writes after every round",
     )
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--worker", choices=["sketch", "exact"], help=argparse.SUPPRESS)
