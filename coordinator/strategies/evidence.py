@@ -13,8 +13,9 @@ cluster where the strategy merges, and the merges of its last round.
 :class:`SameModelSimilarity` is the evidence of strategies whose clusters train models of
 their own from the start (IFCA, FAACL): updates are only comparable between clients that
 trained the same model in the same round, so it keeps the latest cosine of each such pair.
-Both it and JGL's probe evidence under sketches are :class:`RecentPairs`: the latest
-similarity of sampled pairs from the last few rounds, linear in the fleet.
+Both it and the evidence JGL, FL+HC and CFL keep under sketches
+(:mod:`.pair_evidence`) are :class:`RecentPairs`: the latest similarity of sampled pairs,
+linear in the fleet.
 """
 
 from __future__ import annotations

@@ -253,16 +253,17 @@ class JointGradientLoss(Strategy):
                 )
             similarities.append(similarity)
         answered = cast(Sequence[GradientResult], results)
-        total = np.zeros((len(answered), len(answered)))
-        for key in keys:
-            total += self.comparer_.matrix([r.gradients[key] for r in answered])
-        mean = total / len(keys)
-        self.evidence_.record(
-            server_round,
-            [self._index(r.client_id) for r in answered],
-            block=lambda: mean,
-            pairs=lambda a, b: mean[a, b],
-        )
+        if len(answered) >= 2:  # pairs to compare
+            total = np.zeros((len(answered), len(answered)))
+            for key in keys:
+                total += self.comparer_.matrix([r.gradients[key] for r in answered])
+            mean = total / len(keys)
+            self.evidence_.record(
+                server_round,
+                [self._index(r.client_id) for r in answered],
+                block=lambda: mean,
+                pairs=lambda a, b: mean[a, b],
+            )
         self._probed(chosen, similarities, failures)
 
     def open_probe_stream(self, server_round: int, step: int) -> GradientProbe | None:
@@ -297,6 +298,10 @@ class JointGradientLoss(Strategy):
         self.probe_gradients_ = {
             c: gradients for c in order if (gradients := answers[c].gradients) is not None
         }
+        chosen = {c: answers[c].identity for c in order}
+        self._probed(chosen, [answers[c].similarity for c in order], failures)
+        if len(order) < 2:  # no pair to compare
+            return
         sketches = [np.stack([answers[c].sketches[k] for c in order]) for k in range(len(keys))]
 
         def block() -> Float64Array:
@@ -313,8 +318,6 @@ class JointGradientLoss(Strategy):
 
         rows = [self._index(c) for c in order]
         self.evidence_.record(server_round, rows, block=block, pairs=pairs)
-        chosen = {c: answers[c].identity for c in order}
-        self._probed(chosen, [answers[c].similarity for c in order], failures)
 
     def _new_evidence(self) -> None:
         """No probe evidence yet: an m × m matrix under exact comparisons, sampled pairs of

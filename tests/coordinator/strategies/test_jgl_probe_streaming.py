@@ -17,7 +17,7 @@ from coordinator.strategies.base import StrategyState
 from coordinator.strategies.jgl import JointGradientLoss
 from coordinator.strategies.jgl_probe import GradientProbe
 from coordinator.strategies.known_pairs import KnownPairs
-from faultfleet.tasks import FitResult, GradientResult
+from faultfleet.tasks import Failure, FitResult, GradientResult
 from tests.coordinator.strategies.jgl_helpers import (
     CLIENTS,
     KEYS,
@@ -344,3 +344,19 @@ def test_a_state_saved_with_the_matrix_loads_as_pairs() -> None:
     known = evidence(strategy)
     assert known[3, 5] == known[5, 3] == 0.25
     assert np.count_nonzero(~np.isnan(known)) == 2
+
+
+@pytest.mark.parametrize("pairwise", ["exact", "sketch"])
+@pytest.mark.parametrize("answering", [0, 1])
+def test_a_probe_that_almost_nobody_answered_places_who_did(pairwise: str, answering: int) -> None:
+    # Prepare: every device probed, all but `answering` of them failed
+    strategy = make_jgl(pairwise=pairwise)
+    failures = [Failure(c, "offline") for c in CLIENTS[answering:]]
+
+    # Execute
+    probe(strategy, 1, ANSWERS[:answering], failures)
+
+    # Assert: no pair to compare, who answered is placed, the failures are counted
+    assert sorted(strategy.choices_) == list(CLIENTS[:answering])
+    assert strategy.round_metrics()["probe_failures"] == float(len(failures))
+    assert np.isnan(evidence(strategy)).all()
