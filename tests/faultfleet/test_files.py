@@ -149,3 +149,57 @@ def test_buffer_write_without_make_parent_needs_the_folder(tmp_path: Path) -> No
         atomic_write_buffers(tmp_path / "missing" / "segment", [b"x"], make_parent=False)
 
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reused_file_is_written_over_cut_to_length_and_renamed_into_place(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a longer file to write over, and the file it will replace
+    spare = tmp_path / "spares" / "1.spare"
+    spare.parent.mkdir()
+    spare.write_bytes(b"x" * 100)
+    inode = spare.stat().st_ino
+    path = tmp_path / "segment"
+    path.write_bytes(b"old")
+
+    # Execute
+    written = atomic_write_buffers(path, [b"new ", b"content"], reuse=spare)
+
+    # Assert: the same file (its inode), only the new content, the spare gone from its place
+    assert written == path
+    assert path.read_bytes() == b"new content"
+    assert path.stat().st_ino == inode
+    assert not spare.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["segment"]
+
+
+def test_a_reused_file_that_is_gone_gives_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "segment"
+
+    atomic_write_buffers(path, [b"content"], reuse=tmp_path / "gone.spare")
+
+    assert path.read_bytes() == b"content"
+    assert [p.name for p in tmp_path.iterdir()] == ["segment"]
+
+
+def test_a_failed_write_over_a_reused_file_leaves_the_old_file_and_drops_the_spare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare
+    spare = tmp_path / "1.spare"
+    spare.write_bytes(b"stale")
+    path = tmp_path / "segment"
+    path.write_bytes(b"old")
+
+    def full_disk(fd: int, buffers: list[memoryview]) -> int:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(os, "writev", full_disk)
+
+    # Execute
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_buffers(path, [b"new"], reuse=spare)
+
+    # Assert: the journal's file as it was; the half-written spare is not kept
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["segment"]
