@@ -123,12 +123,16 @@ def test_buffers_are_written_back_to_back_even_after_short_writes(
     assert [p.name for p in path.parent.iterdir()] == ["segment"]
 
 
+@pytest.mark.parametrize("reused", [False, True])
 def test_failed_buffer_write_leaves_the_old_file_and_no_temporary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reused: bool
 ) -> None:
-    # Prepare
+    # Prepare: written into a new temporary file, or over a spare one
     path = tmp_path / "segment"
     path.write_bytes(b"old")
+    spare = tmp_path / "1.spare"
+    if reused:
+        spare.write_bytes(b"stale")
 
     def full_disk(fd: int, buffers: list[memoryview]) -> int:
         raise OSError("No space left on device")
@@ -137,9 +141,9 @@ def test_failed_buffer_write_leaves_the_old_file_and_no_temporary(
 
     # Execute
     with pytest.raises(OSError, match="No space left"):
-        atomic_write_buffers(path, [b"new"])
+        atomic_write_buffers(path, [b"new"], reuse=spare if reused else None)
 
-    # Assert
+    # Assert: the old file as it was; neither the temporary nor the half-written spare kept
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["segment"]
 
@@ -179,27 +183,4 @@ def test_a_reused_file_that_is_gone_gives_a_new_file(tmp_path: Path) -> None:
     atomic_write_buffers(path, [b"content"], reuse=tmp_path / "gone.spare")
 
     assert path.read_bytes() == b"content"
-    assert [p.name for p in tmp_path.iterdir()] == ["segment"]
-
-
-def test_a_failed_write_over_a_reused_file_leaves_the_old_file_and_drops_the_spare(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Prepare
-    spare = tmp_path / "1.spare"
-    spare.write_bytes(b"stale")
-    path = tmp_path / "segment"
-    path.write_bytes(b"old")
-
-    def full_disk(fd: int, buffers: list[memoryview]) -> int:
-        raise OSError("No space left on device")
-
-    monkeypatch.setattr(os, "writev", full_disk)
-
-    # Execute
-    with pytest.raises(OSError, match="No space left"):
-        atomic_write_buffers(path, [b"new"], reuse=spare)
-
-    # Assert: the journal's file as it was; the half-written spare is not kept
-    assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["segment"]
