@@ -9,9 +9,12 @@ Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 200
 FL+HC in its clustering round (round 1 here, no warm-up; round 2 is FedAvg per cluster),
 CFL every round (``criterion = "similarity"``, splits from round 1). Both stream under
 sketches (each update folded into its model's sum as it arrives, as the coordinator does;
-their exact paths take the list: N × 60,432 × 4 bytes, 2.4 GB at 10,000), and hold N²/2
-distances (FL+HC's linkage) or the N × N cosines of the evidence and of CFL's
-bipartition; sketches remove the n of the N²·n, not the N². Pick the
+their exact paths take the list: N × 60,432 × 4 bytes, 2.4 GB at 10,000), and hold the
+N²/2 distances of their linkage (FL+HC's dendrogram, CFL's bipartition; twice while
+scipy's complete linkage runs, as it works on a copy); sketches remove the n of the N²·n,
+not the N². CFL splits one cluster in two per test, so after a few rounds the sketch and
+exact paths can be at different stages of the same hierarchy (a low ARI between them
+that later rounds close): give it rounds enough to stop splitting. Pick the
 fleet sizes accordingly (``docs/federated.md`` gives how far they reached here);
 ``--rounds`` is capped at 2 for FL+HC. ``--strategy jgl`` (K = 6, c = 0.25) includes its
 gradient probe: every sampled agent answers with a loss of 1 and minus its own update as

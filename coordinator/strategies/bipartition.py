@@ -3,19 +3,30 @@
 Sattler, Müller & Samek, "Clustered federated learning: model-agnostic distributed multitask
 optimization under privacy constraints", IEEE TNNLS 32(8), 2021, Algorithm 1; the
 bipartition minimising the largest cross-similarity is FLACC's §III, Remark 3. Pure
-functions used by :class:`coordinator.strategies.cfl.CFL`.
+functions used by :class:`coordinator.strategies.cfl.CFL`: on the members' cosine matrix
+(exact comparisons), or on their unit sketches (one row per member), which never makes the
+m × m matrix: the bipartition reads the m(m − 1)/2 distances of a condensed vector
+(:func:`~.condensed.cosine_distances`), and the share the sums of the halves' sketches.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import AgglomerativeClustering
+import numpy.typing as npt
+from scipy.cluster.hierarchy import linkage
+from scipy.spatial.distance import squareform
 
+from coordinator.strategies.condensed import cosine_distances, top_split
 from faultfleet.types import Float64Array, IntArray
 
 
 def optimal_bipartition(similarity: Float64Array) -> IntArray:
     """Split clients in two so that the largest cross-similarity is smallest (FLACC Remark 3).
+
+    Complete linkage on the distances 1 − α (made symmetric, clipped at 0), cut into two
+    clusters: the halves scikit-learn's ``AgglomerativeClustering(n_clusters=2,
+    linkage="complete")`` gives, through one condensed vector instead of the matrix's
+    upper-triangle indices.
 
     Parameters
     ----------
@@ -29,18 +40,37 @@ def optimal_bipartition(similarity: Float64Array) -> IntArray:
     """
     if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
         raise ValueError(f"similarity must be a square matrix, got shape {similarity.shape}")
-    if similarity.shape[0] < 2:
-        raise ValueError(f"a bipartition needs at least 2 clients, got {similarity.shape[0]}")
+    _check_size(similarity.shape[0])
     # (d + dᵀ) / 2 clipped at 0, d = 1 − α: in place, one m × m array (numpy buffers the
     # overlapping transpose), the same values as the expression
     distance = 1.0 - similarity
     distance += distance.T
     distance /= 2.0
     np.maximum(distance, 0.0, out=distance)
-    np.fill_diagonal(distance, 0.0)
-    linkage = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete")
-    labels = np.asarray(linkage.fit_predict(distance), dtype=np.int64)
-    return labels if labels[0] == 0 else 1 - labels
+    condensed = squareform(distance, checks=False)
+    del distance
+    return _complete_halves(condensed, similarity.shape[0])
+
+
+def sketch_bipartition(unit_sketches: npt.NDArray[np.floating]) -> IntArray:
+    """:func:`optimal_bipartition` of the cosines of unit sketches (rows), without their
+    m × m matrix: memory m(m − 1)/2 distances, twice while the linkage runs (it works on a
+    copy), and the products in the sketches' dtype (:func:`~.condensed.cosine_distances`).
+
+    Parameters
+    ----------
+    unit_sketches : array of shape (m, d), m >= 2
+        One unit sketch (or zero row) per client.
+
+    Returns
+    -------
+    array of shape (m,), int64
+        0 or 1 per client; the first client is always in half 0.
+    """
+    if unit_sketches.ndim != 2:
+        raise ValueError(f"unit sketches must be an (m, d) array, got shape {unit_sketches.shape}")
+    _check_size(unit_sketches.shape[0])
+    return _complete_halves(cosine_distances(unit_sketches), unit_sketches.shape[0])
 
 
 def bipartition_share(similarity: Float64Array, halves: IntArray) -> float:
@@ -66,3 +96,36 @@ def bipartition_share(similarity: Float64Array, halves: IntArray) -> float:
     if inside.size == 0 or inside.mean() <= 0:
         return 1.0
     return float(similarity[np.ix_(first, second)].mean() / inside.mean())
+
+
+def sketch_bipartition_share(unit_sketches: npt.NDArray[np.floating], halves: IntArray) -> float:
+    """:func:`bipartition_share` of the cosines of unit sketches, from the halves' sums.
+
+    Dot products are bilinear: the cosines across the halves sum to ``s₀ · s₁`` and those
+    of the pairs inside half h to ``(‖s_h‖² − Σ_{i∈h} ‖uᵢ‖²) / 2``, ``s_h`` the sum of the
+    half's unit sketches ``uᵢ``. Equal to the matrix's share up to rounding (sums in
+    float64), in O(m·d) instead of O(m²·d).
+    """
+    inside, n_inside, sums = 0.0, 0, []
+    for half in (0, 1):
+        members = unit_sketches[halves == half]
+        total = members.sum(axis=0, dtype=np.float64)
+        squares = float(np.einsum("ij,ij->", members, members, dtype=np.float64))
+        sums.append(total)
+        inside += (float(total @ total) - squares) / 2.0
+        n_inside += len(members) * (len(members) - 1) // 2
+    n_across = int(np.count_nonzero(halves == 0)) * int(np.count_nonzero(halves == 1))
+    if n_inside == 0 or inside <= 0 or n_across == 0:
+        return 1.0
+    return (float(sums[0] @ sums[1]) / n_across) / (inside / n_inside)
+
+
+def _check_size(m: int) -> None:
+    if m < 2:
+        raise ValueError(f"a bipartition needs at least 2 clients, got {m}")
+
+
+def _complete_halves(condensed: Float64Array, m: int) -> IntArray:
+    """The two clusters complete linkage on ``condensed`` distances of ``m`` clients joins
+    last."""
+    return top_split(np.asarray(linkage(condensed, method="complete")), m)

@@ -46,8 +46,11 @@ cluster, where the robust policy changes updates), which keeps ε₁ and ε₂ i
 they were tuned in; ε₂ reads the updates' exact norms. Streaming, the robust policy's
 adaptive clip and weight cap take the previous round's medians, as FLACC's do
 (:mod:`.streaming`); a trimmed mean, which needs every update at once, takes the list. The
-bipartition (complete linkage on the k × k cosines) stays quadratic in the members
-whatever the comparison.
+bipartition (complete linkage) stays quadratic in the members whatever the comparison,
+but under sketches it reads a condensed vector of their k(k − 1)/2 distances made from
+the sketches block by block, and the similarity criterion sums of the halves' sketches
+(:func:`~.bipartition.sketch_bipartition`, :func:`~.bipartition.sketch_bipartition_share`):
+no k × k matrix is made (:class:`SketchCosines`).
 
 A client joining later joins the cluster of the model it was assigned (else the cluster of
 most clients) and trains its model from the next round; until a round in which every
@@ -61,24 +64,32 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from coordinator.strategies.aggregate import update_norms, weighted_average
 from coordinator.strategies.base import JsonDict, Strategy
-from coordinator.strategies.bipartition import bipartition_share, optimal_bipartition
+from coordinator.strategies.bipartition import (
+    bipartition_share,
+    optimal_bipartition,
+    sketch_bipartition,
+    sketch_bipartition_share,
+)
 from coordinator.strategies.evidence import ClusterEvidence
 from coordinator.strategies.joining import most_served_key
 from coordinator.strategies.keys import cluster_key
 from coordinator.strategies.pair_evidence import FOREVER, PairEvidence
-from coordinator.strategies.pairwise import PAIRWISE_PARAMETERS, strategy_comparer
+from coordinator.strategies.pairwise import (
+    PAIRWISE_PARAMETERS,
+    sketch_pair_cosines,
+    strategy_comparer,
+)
 from coordinator.strategies.parameters import FRACTION, Param
 from coordinator.strategies.sketch import sketch_cosine_matrix
 from coordinator.strategies.streaming import (
     FoldedRound,
     StreamBounds,
-    StreamedUpdate,
     UpdateStream,
     bounds_state,
     fold_all,
@@ -87,7 +98,7 @@ from coordinator.strategies.streaming import (
     unit_sketches,
 )
 from faultfleet.tasks import Failure, FitResult
-from faultfleet.types import Float64Array, IntArray, ModelFactory
+from faultfleet.types import Float64Array, FloatArray, IntArray, ModelFactory
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +286,10 @@ class CFL(Strategy):
         self.last_shares_ = {}
         if results and not self._has_split():
             rows = [self._index(r.client_id) for r in results]
-            self._record(server_round, rows, self.comparer_.matrix([r.delta for r in results]))
+            round_deltas = [r.delta for r in results]
+            self._record(
+                server_round, rows, MatrixCosines(partial(self.comparer_.matrix, round_deltas))
+            )
         for key in [k for k in self.models_ if k in by_cluster]:
             members = by_cluster[key]
             counts = [r.num_samples for r in members]
@@ -293,8 +307,7 @@ class CFL(Strategy):
             )
             if self._eligible(server_round, key, len(members)):
                 clients = [r.client_id for r in members]
-                deltas = [r.delta for r in members]
-                cosines = partial(self.comparer_.matrix, deltas)
+                cosines = MatrixCosines(partial(self.comparer_.matrix, deltas))
                 self._test_split(server_round, key, clients, cosines, mean_norm, max_norm)
 
     # -- streaming (pairwise sketch) -------------------------------------------------------
@@ -326,29 +339,28 @@ class CFL(Strategy):
         if not isinstance(stream, UpdateStream):
             raise ValueError("CFL needs the updates' raw means: fold them in this process")
         updates = sorted(stream.updates(), key=lambda u: self._index(u.client_id))
-        by_cluster: dict[str, list[StreamedUpdate]] = {}
-        for u in updates:
-            by_cluster.setdefault(u.model_key, []).append(u)
+        by_cluster: dict[str, list[int]] = {}
+        for position, u in enumerate(updates):
+            by_cluster.setdefault(u.model_key, []).append(position)
         self.last_norms_ = {}
         self.last_splits_ = []
         self.last_shares_ = {}
-        whole_round: Float64Array | None = None
+        sketches = np.stack(unit_sketches(updates)) if updates else np.zeros((0, 0), np.float32)
         if updates and not self._has_split():
-            whole_round = _sketch_cosines(updates)
-            self._record(server_round, [self._index(u.client_id) for u in updates], whole_round)
+            rows = [self._index(u.client_id) for u in updates]
+            self._record(server_round, rows, SketchCosines(sketches))
         tested = [k for k in self.models_ if k in by_cluster]  # before a split changes models_
         self.averaged_ = fold_averages(self.models_, self.stream_bounds_, stream, server_round)
         for key in tested:
-            members = by_cluster[key]
+            positions = by_cluster[key]
             mean_norm = stream.mean_update_norm(key)
-            max_norm = max(u.norm for u in members)
+            max_norm = max(updates[p].norm for p in positions)
             self.last_norms_[key] = (mean_norm, max_norm)
-            if self._eligible(server_round, key, len(members)):
-                clients = [u.client_id for u in members]
-                cosines = partial(_sketch_cosines, members)
-                if whole_round is not None and len(members) == len(updates):
-                    # before the first split the one cluster is the round, in its order
-                    cosines = partial(_same, whole_round)
+            if self._eligible(server_round, key, len(positions)):
+                clients = [updates[p].client_id for p in positions]
+                # before the first split the one cluster is the round, in its order
+                whole = len(positions) == len(updates)
+                cosines = SketchCosines(sketches if whole else sketches[positions])
                 self._test_split(server_round, key, clients, cosines, mean_norm, max_norm)
 
     def _new_evidence(self) -> None:
@@ -357,11 +369,10 @@ class CFL(Strategy):
         sampled = self.comparer_.sketcher is not None
         self.evidence_ = PairEvidence(self.client_ids_, sampled=sampled, memory=FOREVER)
 
-    def _record(self, server_round: int, rows: Sequence[int], cosines: Float64Array) -> None:
-        """The cosines (k × k) of the clients at ``rows`` become their latest evidence."""
-        self.evidence_.record(
-            server_round, rows, block=lambda: cosines, pairs=lambda a, b: cosines[a, b]
-        )
+    def _record(self, server_round: int, rows: Sequence[int], cosines: Cosines) -> None:
+        """The cosines of the clients at ``rows`` (in that order) become their latest
+        evidence: the k × k block under exact comparisons, sampled pairs under sketches."""
+        self.evidence_.record(server_round, rows, block=cosines.matrix, pairs=cosines.pairs)
 
     def _has_split(self) -> bool:
         """Whether any cluster has been split yet."""
@@ -413,32 +424,29 @@ class CFL(Strategy):
         server_round: int,
         key: str,
         members: Sequence[str],
-        cosines: Callable[[], Float64Array],
+        cosines: Cosines,
         mean_norm: float,
         max_norm: float,
     ) -> None:
         """Split ``key`` if the criterion says so: norms (Sattler et al.) or similarity.
-        ``cosines()`` gives the members' cosines, in the order of ``members`` (computed
-        only when the criterion needs them)."""
+        ``cosines`` are the members', in the order of ``members`` (computed only when the
+        criterion needs them)."""
         if self.criterion == "norms":
             if mean_norm < self.eps1 and max_norm > self.eps2:
-                similarity = cosines()
-                halves = optimal_bipartition(similarity)
-                self._split(server_round, key, members, similarity, halves)
+                self._split(server_round, key, members, cosines, cosines.halves())
             return
-        similarity = cosines()
-        halves = optimal_bipartition(similarity)
-        share = bipartition_share(similarity, halves)
+        halves = cosines.halves()
+        share = cosines.share(halves)
         self.last_shares_[key] = share
         if share < self.cross_share:
-            self._split(server_round, key, members, similarity, halves)
+            self._split(server_round, key, members, cosines, halves)
 
     def _split(
         self,
         server_round: int,
         key: str,
         members: Sequence[str],
-        similarity: Float64Array,
+        cosines: Cosines,
         halves: IntArray,
     ) -> None:
         """Replace cluster ``key`` by the bipartition ``halves``, both halves on its model
@@ -446,7 +454,7 @@ class CFL(Strategy):
 
         The members' cosines that decided the split become their evidence of cluster quality.
         """
-        self._record(server_round, [self._index(c) for c in members], similarity)
+        self._record(server_round, [self._index(c) for c in members], cosines)
         new_keys = (cluster_key(self.next_cluster_id_), cluster_key(self.next_cluster_id_ + 1))
         self.next_cluster_id_ += 2
         model = self.models_.pop(key)
@@ -493,10 +501,60 @@ class CFL(Strategy):
         self.evidence_.load(self.client_ids_, arrays)
 
 
-def _same(matrix: Float64Array) -> Float64Array:
-    return matrix
+class Cosines(Protocol):
+    """The cosines of a cluster's members' updates, as the split test reads them."""
+
+    def matrix(self) -> Float64Array:
+        """All of them, (m, m)."""
+
+    def pairs(self, first: IntArray, second: IntArray) -> Float64Array:
+        """Those of the pairs of positions ``(first[q], second[q])``, shape (q,)."""
+
+    def halves(self) -> IntArray:
+        """The optimal bipartition (:func:`~.bipartition.optimal_bipartition`)."""
+
+    def share(self, halves: IntArray) -> float:
+        """:func:`~.bipartition.bipartition_share` of ``halves``."""
 
 
-def _sketch_cosines(updates: Sequence[StreamedUpdate]) -> Float64Array:
-    """The cosines of streamed updates' unit sketches, shape (k, k)."""
-    return sketch_cosine_matrix(unit_sketches(updates))
+class MatrixCosines:
+    """Cosines from the matrix ``make()`` returns (exact comparisons), made on first use."""
+
+    def __init__(self, make: Callable[[], Float64Array]) -> None:
+        self._make = make
+        self._matrix: Float64Array | None = None
+
+    def matrix(self) -> Float64Array:
+        if self._matrix is None:
+            self._matrix = self._make()
+        return self._matrix
+
+    def pairs(self, first: IntArray, second: IntArray) -> Float64Array:
+        values: Float64Array = self.matrix()[first, second]
+        return values
+
+    def halves(self) -> IntArray:
+        return optimal_bipartition(self.matrix())
+
+    def share(self, halves: IntArray) -> float:
+        return bipartition_share(self.matrix(), halves)
+
+
+class SketchCosines:
+    """Cosines of unit sketches, one row per member (sketch mode): the bipartition, the
+    share and sampled pairs without the m × m matrix (:mod:`.bipartition`)."""
+
+    def __init__(self, sketches: FloatArray) -> None:
+        self.sketches = sketches
+
+    def matrix(self) -> Float64Array:
+        return sketch_cosine_matrix(self.sketches)
+
+    def pairs(self, first: IntArray, second: IntArray) -> Float64Array:
+        return sketch_pair_cosines(self.sketches, first, second)
+
+    def halves(self) -> IntArray:
+        return sketch_bipartition(self.sketches)
+
+    def share(self, halves: IntArray) -> float:
+        return sketch_bipartition_share(self.sketches, halves)

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 
-from coordinator.strategies.aggregate import cosine_similarity_matrix
+from coordinator.strategies.condensed import cosine_distances, gram_distances, unit_rows
 from faultfleet.types import Float64Array, FloatArray, IntArray
 
 LinkageName = Literal["ward", "average", "complete", "single"]
@@ -94,35 +94,12 @@ def linkage_tree(
     if m == 1:
         return np.zeros((0, 4))
     if metric == "cosine":
-        distance = np.clip(1.0 - cosine_similarity_matrix(list(updates)), 0.0, 2.0)
-        rows, cols = np.triu_indices(m, k=1)
-        condensed = distance[rows, cols]
+        condensed = cosine_distances(unit_rows(updates))
     elif gram:
         condensed = gram_distances(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
     else:
         condensed = pdist(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
     return np.asarray(linkage(condensed, method=linkage_name), dtype=np.float64)
-
-
-def gram_distances(rows: Float64Array, block: int = 512) -> Float64Array:
-    """Condensed Euclidean distances between the rows of a (k, d) array, as ``pdist``.
-
-    Taken ``block`` rows at a time, so that no k × k temporary is made: memory k²/2
-    distances, as ``pdist``'s result.
-    """
-    k = len(rows)
-    squared = np.einsum("ij,ij->i", rows, rows)
-    condensed = np.empty(k * (k - 1) // 2)
-    start = 0
-    for first in range(0, k, block):
-        gram = rows[first : first + block] @ rows[first:].T
-        for i in range(gram.shape[0]):
-            row = first + i
-            tail = squared[row] + squared[row + 1 :] - 2.0 * gram[i, i + 1 :]
-            condensed[start : start + len(tail)] = tail
-            start += len(tail)
-    distances: Float64Array = np.sqrt(np.maximum(condensed, 0.0, out=condensed), out=condensed)
-    return distances
 
 
 def flat_labels(tree: Float64Array, distance_threshold: float, m: int) -> IntArray:

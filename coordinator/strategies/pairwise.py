@@ -31,8 +31,9 @@ Where each strategy uses it, and what stays exact:
   sketch.
 
 Sketching removes the n from the k²·n of comparing k updates, not the k²: FL+HC's
-linkage, CFL's bipartition and the m × m evidence matrices stay quadratic in the clients
-(``benchmarks/bench_server_scale.py --strategy`` measures how far that reaches).
+linkage and CFL's bipartition stay quadratic in the clients (each holds the k(k − 1)/2
+distances of a condensed vector, :mod:`.condensed`; the evidence keeps sampled pairs);
+``benchmarks/bench_server_scale.py --strategy`` measures how far that reaches.
 
 Why 1,000: at c = 0.25 a round of 1,000 clients brings 250 updates, which the exact path
 compares with 250²·n/2 multiply-adds after copying them all to float64: for the compact

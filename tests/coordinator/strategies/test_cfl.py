@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
+from coordinator.strategies import cfl as cfl_module
 from coordinator.strategies.aggregate import weighted_average
 from coordinator.strategies.base import StrategyState
 from coordinator.strategies.cfl import CFL
@@ -310,6 +311,32 @@ def test_under_sketches_a_round_streams_and_splits_as_the_list_path_would() -> N
         np.testing.assert_allclose(sketched.models[key], model, atol=1e-6)
     for key, (mean, largest) in exact.last_norms_.items():
         assert sketched.last_norms_[key] == pytest.approx((mean, largest), rel=1e-6)
+
+
+@pytest.mark.parametrize("criterion", ["norms", "similarity"])
+def test_under_sketches_no_member_by_member_matrix_is_made(
+    criterion: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: making the m × m cosine matrix of sketches fails the test
+    def refuse(sketches: object) -> None:
+        raise AssertionError("the m × m matrix of the sketches was made")
+
+    monkeypatch.setattr(cfl_module, "sketch_cosine_matrix", refuse)
+    sketched = make_wide("sketch", criterion=criterion)
+    exact = make_wide("exact", criterion=criterion)
+
+    # Execute: the evidence, the bipartition and the share read the sketches themselves
+    for server_round in (1, 2):
+        for strategy in (sketched, exact):
+            train_round(strategy, server_round, opposite_updates_wide(server_round))
+
+    # Assert: the split of the exact cosines, its share within the sketch's error
+    assert sketched.last_splits_ == [("cluster-0", "cluster-1", "cluster-2")]
+    assert sketched.cluster_labels() == exact.cluster_labels()
+    if criterion == "similarity":
+        assert sketched.last_shares_["cluster-0"] == pytest.approx(
+            exact.last_shares_["cluster-0"], abs=0.05
+        )
 
 
 def test_streamed_norms_are_those_of_the_updates_as_sent_whatever_the_robust_rules() -> None:

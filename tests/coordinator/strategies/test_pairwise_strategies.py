@@ -12,12 +12,10 @@ import json
 
 import numpy as np
 import pytest
-from scipy.spatial.distance import pdist
 
 from coordinator.engine.rounds import RoundEngine
 from coordinator.strategies.base import Strategy, StrategyState
 from coordinator.strategies.evidence import SameModelSimilarity
-from coordinator.strategies.flhc_tree import gram_distances
 from coordinator.strategies.pairwise import SKETCH_FLEET, UpdateComparer
 from coordinator.strategies.registry import make_strategy
 from faultfleet.errors import UsageError
@@ -127,9 +125,3 @@ def test_a_resumed_run_sketches_with_the_dimension_it_started_with(name: str) ->
     sketcher = comparer_of(resumed).sketcher
     assert sketcher is not None
     assert (sketcher.dim, sketcher.seed) == (started.dim, started.seed)
-
-
-def test_gram_distances_equal_pdist() -> None:
-    rows = np.random.default_rng(0).normal(size=(7, 40))
-    for block in (3, 512):  # several blocks, and one
-        np.testing.assert_allclose(gram_distances(rows, block), pdist(rows), rtol=1e-9, atol=1e-9)

@@ -1,0 +1,110 @@
+"""Condensed distance matrices (scipy's ``pdist`` layout) made without a k × k temporary.
+
+A hierarchical clustering of k clients reads the k(k − 1)/2 distances of the pairs
+``i < j``, row after row (:func:`scipy.spatial.distance.squareform`'s condensed form). The
+functions here write that vector directly from the clients' rows, ``block`` rows at a time
+(one matrix product per block), so that the largest array besides the result is a block of
+the Gram matrix, not the k × k matrix and its upper-triangle indices: FL+HC's linkage
+(:mod:`.flhc_tree`) and CFL's bipartition (:mod:`.bipartition`) on sketches of thousands
+of updates. :func:`top_split` reads the two clusters of a linkage's last merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from faultfleet.types import Float64Array, FloatArray, IntArray
+
+
+def _condensed(
+    rows: npt.NDArray[np.floating],
+    block: int,
+    fill: Callable[[int, npt.NDArray[np.floating], Float64Array], None],
+) -> Float64Array:
+    """The condensed vector of k rows: for each row ``i``, ``fill(i, dots, out)`` turns
+    ``dots`` (row i's products with the rows after it) into ``out`` (its distances)."""
+    k = len(rows)
+    condensed = np.empty(k * (k - 1) // 2)
+    start = 0
+    for first in range(0, k, block):
+        gram = rows[first : first + block] @ rows[first:].T
+        for i in range(gram.shape[0]):
+            tail = gram[i, i + 1 :]
+            fill(first + i, tail, condensed[start : start + len(tail)])
+            start += len(tail)
+    return condensed
+
+
+def gram_distances(rows: Float64Array, block: int = 512) -> Float64Array:
+    """Condensed Euclidean distances between the rows of a (k, d) array, as ``pdist``.
+
+    Taken ``block`` rows at a time, so that no k × k temporary is made: memory k²/2
+    distances, as ``pdist``'s result.
+    """
+    squared = np.einsum("ij,ij->i", rows, rows)
+
+    def fill(row: int, dots: npt.NDArray[np.floating], out: Float64Array) -> None:
+        np.subtract(squared[row] + squared[row + 1 :], 2.0 * dots, out=out)
+
+    condensed = _condensed(rows, block, fill)
+    distances: Float64Array = np.sqrt(np.maximum(condensed, 0.0, out=condensed), out=condensed)
+    return distances
+
+
+def cosine_distances(unit_rows: npt.NDArray[np.floating], block: int = 512) -> Float64Array:
+    """Condensed cosine distances 1 − uᵢ·uⱼ, clipped to [0, 2], of unit rows (k, d).
+
+    The products are taken in the rows' dtype (float32 sketches: single-precision products,
+    within about 10⁻⁷ of the double ones), the distances stored in float64, as scipy's
+    linkage reads them. A zero row has distance 1 to every other, as a zero update has
+    cosine 0 (:func:`~.sketch.sketch_cosine_matrix`).
+    """
+
+    def fill(row: int, dots: npt.NDArray[np.floating], out: Float64Array) -> None:
+        out[:] = dots
+
+    condensed = _condensed(unit_rows, block, fill)
+    np.subtract(1.0, condensed, out=condensed)
+    distances: Float64Array = np.clip(condensed, 0.0, 2.0, out=condensed)
+    return distances
+
+
+def unit_rows(updates: Sequence[FloatArray] | Float64Array) -> Float64Array:
+    """The updates scaled to unit norm, stacked (k, d), float64; a zero update stays zero
+    (as :func:`~.aggregate.cosine_similarity_matrix` treats it)."""
+    stacked = np.stack([np.asarray(u, dtype=np.float64) for u in updates])
+    norms = np.linalg.norm(stacked, axis=1)
+    stacked /= np.where(norms > 0, norms, 1.0)[:, None]
+    return stacked
+
+
+def top_split(tree: Float64Array, n: int) -> IntArray:
+    """The two clusters that a linkage matrix ``tree`` of ``n`` ≥ 2 points joins last.
+
+    Parameters
+    ----------
+    tree : array of shape (n − 1, 4)
+        scipy's linkage matrix (:func:`scipy.cluster.hierarchy.linkage`): its last row is
+        the root, its children the two clusters.
+    n : int
+
+    Returns
+    -------
+    array of shape (n,), int64
+        0 or 1 per point; the first point is always in cluster 0. The same partition as
+        cutting the tree into two clusters (scikit-learn's ``AgglomerativeClustering(
+        n_clusters=2)`` on the same distances).
+    """
+    labels = np.ones(n, dtype=np.int64)
+    stack = [int(tree[-1, 0])]
+    while stack:
+        node = stack.pop()
+        if node < n:
+            labels[node] = 0
+        else:
+            stack.extend(int(child) for child in tree[node - n, :2])
+    result: IntArray = labels if labels[0] == 0 else 1 - labels
+    return result
