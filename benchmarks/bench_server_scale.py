@@ -1,7 +1,8 @@
 """A strategy's server step at 1,000 to 20,000 agents: sketches against exact comparisons.
 
 Usage: python benchmarks/bench_server_scale.py --agents 1000 2000 5000 10000 20000
-       [--strategy flacc|flhc|cfl|fedavg|ifca|jgl] [--rounds 8] [--json FILE]
+       [--strategy flacc|flhc|cfl|fedavg|ifca|jgl] [--reference update|gradient]
+       [--rounds 8] [--json FILE]
        [--exact-up-to 20000] [--partners 32] [--epsilon 0.25] [--quality] [--checkpoint]
 
 ``--strategy flhc`` and ``--strategy cfl`` time FL+HC's and CFL's server steps instead
@@ -20,7 +21,8 @@ fleet sizes accordingly (``docs/federated.md`` gives how far they reached here);
 gradient probe: every sampled agent answers with a loss of 1 and minus its own update as
 the gradient of each model (K arrays, as the coordinator receives them; their making is not
 timed), each answer handed to the probe's stream as it is made on the sketch path, as the
-coordinator does, and held as a list on the exact one.
+coordinator does, and held as a list on the exact one. ``--reference gradient`` runs it with
+the gradient reference direction, under which the probe also keeps gradients for Δw.
 
 The server step is everything the coordinator does with a round's updates once they are
 decoded: sample the round (c = 0.25), fold every update into the running sum of its model
@@ -121,7 +123,7 @@ def batch_worker(args: argparse.Namespace) -> None:
     elif args.strategy == "fedavg":
         options, fraction = {"streaming": "on" if args.worker == "sketch" else "off"}, 0.25
     elif args.strategy == "jgl":
-        options.update(n_clusters=len(fleet.members))
+        options.update(n_clusters=len(fleet.members), reference=args.reference)
         fraction = 0.25
     else:
         fraction = 0.25
@@ -331,7 +333,7 @@ def run_worker(args: argparse.Namespace, path: str, agents: int) -> dict[str, ob
     arguments += ["--rounds", str(args.rounds), "--seed", str(args.seed)]
     arguments += ["--partners", str(args.partners), "--epsilon", str(args.epsilon)]
     arguments += ["--cache", str(args.cache), "--exact-pairs", args.exact_pairs]
-    arguments += ["--strategy", args.strategy]
+    arguments += ["--strategy", args.strategy, "--reference", args.reference]
     if args.quality and path == "sketch":
         arguments.append("--quality")
     if args.checkpoint and path == "sketch":
@@ -349,6 +351,12 @@ def main() -> None:
         default="flacc",
         help="whose server step is timed (flhc, cfl: every agent answers each round; "
         "fedavg: streamed against listed; jgl: its gradient probe included)",
+    )
+    parser.add_argument(
+        "--reference",
+        choices=["update", "gradient"],
+        default="update",
+        help="jgl's reference direction Δw (its option 'reference')",
     )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--json", type=Path)

@@ -61,8 +61,9 @@ Decisions on points the paper leaves open (papers/README.md asks for the first):
   the members' probe gradients), as in the list. The probe streams too
   (:meth:`JointGradientLoss.open_probe_stream`, :mod:`.jgl_probe`): each device's answer is
   checked, its identity chosen by eq. 4 and its K gradients sketched as it arrives, and the
-  gradients are let go (kept under ``reference="gradient"``, which averages them after
-  training); identities, metrics and evidence equal the list's.
+  gradients are let go (under ``reference="gradient"`` a device keeps those Δw may read:
+  its identity's, and those of clusters nobody had chosen yet); identities, metrics,
+  evidence and Δw equal the list's.
 - **Joining.** A device joining later takes the identity of the model it was assigned
   (else none: it is not placed yet) until its first probe places it by eq. 4.
 """
@@ -178,7 +179,8 @@ class JointGradientLoss(Strategy):
         self.plan_round_: int | None = None
         self.plan_: dict[str, int] | None = None
         self.metrics_: dict[str, float] = {}
-        self.probe_gradients_: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
+        self.probe_gradients_: dict[str, dict[int, FloatArray]] = {}
+        """Probe gradients by device and cluster number, under ``reference="gradient"``."""
         self._new_evidence()
         self.stream_bounds_: dict[str, StreamBounds] = {}
 
@@ -248,9 +250,9 @@ class JointGradientLoss(Strategy):
             k, similarity = choose_identity(r, keys, last_update, self.similarity, self.lam)
             chosen[r.client_id] = k
             if self.reference == "gradient":
-                self.probe_gradients_[r.client_id] = np.stack(
-                    [np.asarray(r.gradients[key], np.float32) for key in keys]
-                )
+                self.probe_gradients_[r.client_id] = {
+                    k: np.asarray(r.gradients[key], np.float32) for k, key in enumerate(keys)
+                }
             similarities.append(similarity)
         answered = cast(Sequence[GradientResult], results)
         if len(answered) >= 2:  # pairs to compare
@@ -408,7 +410,10 @@ class JointGradientLoss(Strategy):
         """Cluster ``k``'s new model, trained by ``members``: its Δw_k (eq. 2, or the
         members' probe gradients under ``reference="gradient"``) and their identities."""
         key = cluster_key(k)
-        probed = [self.probe_gradients_[c][k] for c in members if c in self.probe_gradients_]
+        # a streamed probe keeps k's gradient of every device that chose k and, while no
+        # answer had chosen k, of the others: a device moved into k has it unless k's
+        # choosers all went offline before the round was planned (then it is left out)
+        probed = [g[k] for c in members if k in (g := self.probe_gradients_.get(c, {}))]
         if probed:
             self.last_update_[k] = -np.mean(np.stack(probed), axis=0)
         else:

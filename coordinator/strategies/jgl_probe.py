@@ -6,8 +6,15 @@ the answers need not be held together. Under sketches the strategy takes them as
 (:class:`GradientProbe`, a :class:`~coordinator.strategies.probe_streaming.GradientStream`):
 each answer is checked, its identity chosen and its K gradients reduced to unit sketches as
 it arrives, and its arrays are let go. It keeps K·d numbers per device instead of K·n (at
-2,500 devices, K = 6 and the compact model: about 85 MB instead of 3.6 GB), and the full
-gradients only under ``reference = "gradient"``, which averages them after training.
+2,500 devices, K = 6 and the compact model: about 85 MB instead of 3.6 GB), and full
+gradients only under ``reference = "gradient"``, which averages them after training: a
+cluster's Δw_k is minus the mean gradient for k's model of the devices that trained k, and
+a device trains its identity's model unless the empty-cluster fix moves it into a cluster
+no answer chose. So each answer keeps its identity's gradient, and those of the clusters no
+answer had chosen yet when it arrived; once an answer chooses a cluster, the gradients of
+that cluster kept from earlier answers (of other identities) are let go. Where every
+cluster is chosen early in the stream, that is one gradient per device instead of K; a
+cluster nobody chooses keeps every device's gradient for it, as the list does.
 
 :func:`check_answer` and :func:`choose_identity` are the rules both the list and the stream
 apply; the stream's identities, similarities and evidence equal the list's under sketches.
@@ -75,8 +82,10 @@ class ProbeAnswer:
     """S of that cluster (0 before every cluster was updated once)."""
     sketches: FloatArray
     """Unit sketches of the K gradients, shape (K, d), in the models' order."""
-    gradients: FloatArray | None
-    """The K gradients, shape (K, n), float32, under ``reference = "gradient"`` only."""
+    gradients: dict[int, FloatArray] | None
+    """Gradients by cluster number, shape (n,), float32, under ``reference = "gradient"``
+    only: the identity's, and those of clusters no answer had chosen (see the module
+    docstring)."""
 
 
 class GradientProbe:
@@ -97,7 +106,7 @@ class GradientProbe:
     sketcher : UpdateSketcher
         Sketches each gradient for the devices' evidence.
     keep_gradients : bool
-        Keep every answer's K gradients (``reference = "gradient"``).
+        Keep the gradients ``reference = "gradient"`` may read (see the module docstring).
     """
 
     def __init__(
@@ -121,6 +130,8 @@ class GradientProbe:
         self.sketcher = sketcher
         self.keep_gradients = keep_gradients
         self._answers: dict[str, ProbeAnswer] = {}
+        self._unchosen = set(range(len(self.keys)))
+        """Cluster numbers no answer taken so far chose."""
         self._lock = threading.Lock()
 
     def add(self, result: GradientResult) -> None:
@@ -136,14 +147,21 @@ class GradientProbe:
             result, self.keys, self.last_update, self.similarity, self.lam
         )
         sketches = np.stack([self.sketcher.unit_sketch(result.gradients[k]) for k in self.keys])
-        gradients = None
-        if self.keep_gradients:
-            gradients = np.stack([np.asarray(result.gradients[k], np.float32) for k in self.keys])
-        answer = ProbeAnswer(identity, similarity, sketches, gradients)
         with self._lock:
             if result.client_id in self._answers:
                 raise ValueError(f"client {result.client_id!r} answered the probe more than once")
-            self._answers[result.client_id] = answer
+            gradients = None
+            if self.keep_gradients:
+                gradients = {
+                    k: np.array(result.gradients[self.keys[k]], dtype=np.float32)
+                    for k in sorted(self._unchosen | {identity})
+                }
+                if identity in self._unchosen:  # chosen now: earlier answers let it go
+                    for earlier in self._answers.values():
+                        if earlier.gradients is not None and earlier.identity != identity:
+                            earlier.gradients.pop(identity, None)
+            self._unchosen.discard(identity)
+            self._answers[result.client_id] = ProbeAnswer(identity, similarity, sketches, gradients)
 
     def answered(self) -> frozenset[str]:
         """The devices whose answers were taken."""

@@ -29,12 +29,16 @@ from tests.coordinator.strategies.jgl_helpers import (
     with_updates,
 )
 
+B1_GRADIENTS = [[0.2, 0.0, 0.0], [0.0, -2.0, 0.1], [0.0, 0.0, -1.0]]
 ANSWERS = [
     answer("a0", [0.5, 0.9, 0.9], [[-2.0, 0.1, 0.0], [0.3, -0.2, 0.0], ZERO]),
     answer("a1", [0.4, 0.9, 0.8], [[-1.0, 0.0, 0.2], [0.0, 0.4, 0.0], [0.1, 0.0, 0.0]]),
     answer("b0", [0.9, 0.9, 0.2], [ZERO, [0.0, -1.0, 0.0], [0.0, 0.0, -3.0]]),
-    answer("b1", [0.9, 0.3, 0.9], [[0.2, 0.0, 0.0], [0.0, -2.0, 0.1], [0.0, 0.0, -1.0]]),
+    answer("b1", [0.9, 0.3, 0.9], B1_GRADIENTS),
 ]
+NOBODY_IN_1 = [*ANSWERS[:3], answer("b1", [0.9, 0.9, 0.3], B1_GRADIENTS)]
+"""b1 chooses cluster 2 too: nobody chooses cluster 1, and the empty-cluster fix moves a
+device into it."""
 
 
 def evidence(strategy: JointGradientLoss) -> np.ndarray:
@@ -84,7 +88,10 @@ def test_a_streamed_probe_gives_the_lists_identities_metrics_and_evidence(
     assert exact.open_probe_stream(1, 0) is None
 
 
-def test_the_stream_keeps_sketches_only_unless_the_reference_is_the_gradient() -> None:
+@pytest.mark.parametrize(("answers", "unchosen"), [(ANSWERS, set()), (NOBODY_IN_1, {1})])
+def test_the_stream_keeps_sketches_only_unless_the_reference_is_the_gradient(
+    answers: list[GradientResult], unchosen: set[int]
+) -> None:
     # Prepare
     by_update, by_gradient = (
         make_jgl(pairwise="sketch"),
@@ -92,33 +99,41 @@ def test_the_stream_keeps_sketches_only_unless_the_reference_is_the_gradient() -
     )
 
     # Execute
-    kept_update = streamed_probe(by_update, 1, ANSWERS).answers()
-    kept_gradient = streamed_probe(by_gradient, 1, ANSWERS).answers()
+    kept_update = streamed_probe(by_update, 1, answers).answers()
+    kept_gradient = streamed_probe(by_gradient, 1, answers).answers()
 
-    # Assert
+    # Assert: under the gradient reference each device keeps its identity's gradient and
+    # those of the clusters nobody chose (where the empty-cluster fix may move it)
     dim = by_update.comparer_.sketcher.dim  # type: ignore[union-attr]
+    assert set(range(len(KEYS))) - set(by_gradient.choices_.values()) == unchosen
     for client in CLIENTS:
         assert kept_update[client].gradients is None
         assert kept_update[client].sketches.shape == (len(KEYS), dim)
         gradients = kept_gradient[client].gradients
         assert gradients is not None
-        expected = np.stack([ANSWERS[CLIENTS.index(client)].gradients[k] for k in KEYS])
-        np.testing.assert_array_equal(gradients, expected)
+        assert set(gradients) == {by_gradient.choices_[client]} | unchosen
+        sent = answers[CLIENTS.index(client)].gradients
+        for k, gradient in gradients.items():
+            np.testing.assert_array_equal(gradient, sent[KEYS[k]])
     assert by_update.probe_gradients_ == {}
     assert sorted(by_gradient.probe_gradients_) == list(CLIENTS)
 
 
-def test_a_streamed_probe_trains_the_lists_models_under_the_gradient_reference() -> None:
+@pytest.mark.parametrize("answers", [ANSWERS, NOBODY_IN_1])
+def test_a_streamed_probe_trains_the_lists_models_under_the_gradient_reference(
+    answers: list[GradientResult],
+) -> None:
     # Prepare: probe, plan and train two rounds each way; round 2 uses the similarity
     listed = make_jgl(pairwise="sketch", reference="gradient")
     exact = make_jgl(pairwise="exact", reference="gradient")
     streamed = make_jgl(pairwise="sketch", reference="gradient")
+    fixes = 0.0
 
     # Execute
     for server_round in (1, 2):
-        probe(listed, server_round, ANSWERS)
-        probe(exact, server_round, ANSWERS)
-        streamed_probe(streamed, server_round, list(reversed(ANSWERS)))
+        probe(listed, server_round, answers)
+        probe(exact, server_round, answers)
+        streamed_probe(streamed, server_round, list(reversed(answers)))
         for strategy in (listed, exact, streamed):
             plan = strategy.configure_round(server_round, CLIENTS, np.random.default_rng(1))
             results = []
@@ -130,8 +145,10 @@ def test_a_streamed_probe_trains_the_lists_models_under_the_gradient_reference()
                     FitResult(instruction.client_id, key, moved, None, 3, 0.2, base=base)
                 )
             strategy.aggregate_round(server_round, results, [])
+        fixes += streamed.round_metrics()["empty_cluster_fixes"]
 
-    # Assert
+    # Assert: with nobody in cluster 1 a device was moved there, and its gradient was kept
+    assert (fixes > 0) == (answers is NOBODY_IN_1)
     assert streamed.cluster_labels() == listed.cluster_labels() == exact.cluster_labels()
     np.testing.assert_array_equal(streamed.last_update_, exact.last_update_)
     for key in KEYS:
