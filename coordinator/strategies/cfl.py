@@ -50,7 +50,9 @@ bipartition (complete linkage) stays quadratic in the members whatever the compa
 but under sketches it reads a condensed vector of their k(k − 1)/2 distances made from
 the sketches block by block, and the similarity criterion sums of the halves' sketches
 (:func:`~.bipartition.sketch_bipartition`, :func:`~.bipartition.sketch_bipartition_share`):
-no k × k matrix is made (:class:`SketchCosines`).
+no k × k matrix is made, but for the evidence's sampled pairs of a round small enough
+(:data:`~.pairwise.PAIRS_MATRIX_UP_TO`) that reading them from one is faster
+(:class:`SketchCosines`).
 
 A client joining later joins the cluster of the model it was assigned (else the cluster of
 most clients) and trains its model from the next round; until a round in which every
