@@ -51,13 +51,19 @@ def cosine_similarity_matrix(updates: Sequence[FloatArray]) -> Float64Array:
     """
     if len(updates) == 0:
         return np.zeros((0, 0))
-    stacked = np.stack([np.asarray(u, dtype=np.float64) for u in updates])
-    norms = np.linalg.norm(stacked, axis=1)
-    safe = np.where(norms > 0, norms, 1.0)
-    unit = stacked / safe[:, None]
+    unit = unit_rows(updates)
     similarity = np.clip(unit @ unit.T, -1.0, 1.0)
     np.fill_diagonal(similarity, 1.0)
     return similarity
+
+
+def unit_rows(updates: Sequence[FloatArray] | Float64Array) -> Float64Array:
+    """The updates scaled to unit norm, stacked (k, d), float64; a zero update stays zero
+    (cosine 0 with every other, :func:`cosine_similarity_matrix`)."""
+    stacked = np.stack([np.asarray(u, dtype=np.float64) for u in updates])
+    norms = np.linalg.norm(stacked, axis=1)
+    stacked /= np.where(norms > 0, norms, 1.0)[:, None]
+    return stacked
 
 
 def update_norms(updates: Sequence[FloatArray]) -> Float64Array:

@@ -11,12 +11,12 @@ of updates. :func:`top_split` reads the two clusters of a linkage's last merge.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-from faultfleet.types import Float64Array, FloatArray, IntArray
+from faultfleet.types import Float64Array, IntArray
 
 
 def _condensed(
@@ -70,15 +70,6 @@ def cosine_distances(unit_rows: npt.NDArray[np.floating], block: int = 512) -> F
     np.subtract(1.0, condensed, out=condensed)
     distances: Float64Array = np.clip(condensed, 0.0, 2.0, out=condensed)
     return distances
-
-
-def unit_rows(updates: Sequence[FloatArray] | Float64Array) -> Float64Array:
-    """The updates scaled to unit norm, stacked (k, d), float64; a zero update stays zero
-    (as :func:`~.aggregate.cosine_similarity_matrix` treats it)."""
-    stacked = np.stack([np.asarray(u, dtype=np.float64) for u in updates])
-    norms = np.linalg.norm(stacked, axis=1)
-    stacked /= np.where(norms > 0, norms, 1.0)[:, None]
-    return stacked
 
 
 def top_split(tree: Float64Array, n: int) -> IntArray:

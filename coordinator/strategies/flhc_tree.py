@@ -27,7 +27,8 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 
-from coordinator.strategies.condensed import cosine_distances, gram_distances, unit_rows
+from coordinator.strategies.aggregate import unit_rows
+from coordinator.strategies.condensed import cosine_distances, gram_distances
 from faultfleet.types import Float64Array, FloatArray, IntArray
 
 LinkageName = Literal["ward", "average", "complete", "single"]

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from sklearn.cluster import AgglomerativeClustering
 
+from coordinator.strategies.aggregate import unit_rows
 from coordinator.strategies.bipartition import (
     bipartition_share,
     optimal_bipartition,
     sketch_bipartition,
     sketch_bipartition_share,
 )
-from coordinator.strategies.condensed import unit_rows
 from coordinator.strategies.sketch import sketch_cosine_matrix
 from faultfleet.types import Float64Array, IntArray
 

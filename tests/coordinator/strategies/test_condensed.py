@@ -7,8 +7,8 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import pdist, squareform
 from sklearn.cluster import AgglomerativeClustering
 
-from coordinator.strategies.aggregate import cosine_similarity_matrix
-from coordinator.strategies.condensed import cosine_distances, gram_distances, top_split, unit_rows
+from coordinator.strategies.aggregate import cosine_similarity_matrix, unit_rows
+from coordinator.strategies.condensed import cosine_distances, gram_distances, top_split
 
 
 def test_gram_distances_equal_pdist() -> None:
