@@ -5,8 +5,10 @@ A hierarchical clustering of k clients reads the k(k − 1)/2 distances of the p
 functions here write that vector directly from the clients' rows, ``block`` rows at a time
 (one matrix product per block), so that the largest array besides the result is a block of
 the Gram matrix, not the k × k matrix and its upper-triangle indices: FL+HC's linkage
-(:mod:`.flhc_tree`) and CFL's bipartition (:mod:`.bipartition`) on sketches of thousands
-of updates. :func:`top_split` reads the two clusters of a linkage's last merge.
+(:mod:`.flhc_tree`) and CFL's bipartition (:mod:`.bipartition`, on the float32 negated
+cosines of :func:`negated_cosines`) on sketches of thousands of updates, both linked in
+place (:mod:`.nn_chain`). :func:`top_split` reads the two clusters of a linkage's last
+merge.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from faultfleet.types import Float64Array, IntArray
 def _condensed(
     rows: npt.NDArray[np.floating],
     block: int,
-    fill: Callable[[int, npt.NDArray[np.floating], Float64Array], None],
-) -> Float64Array:
+    fill: Callable[[int, npt.NDArray[np.floating], npt.NDArray[np.floating]], None],
+    dtype: npt.DTypeLike = np.float64,
+) -> npt.NDArray[np.floating]:
     """The condensed vector of k rows: for each row ``i``, ``fill(i, dots, out)`` turns
     ``dots`` (row i's products with the rows after it) into ``out`` (its distances)."""
     k = len(rows)
-    condensed = np.empty(k * (k - 1) // 2)
+    condensed: npt.NDArray[np.floating] = np.empty(k * (k - 1) // 2, dtype=dtype)
     start = 0
     for first in range(0, k, block):
         gram = rows[first : first + block] @ rows[first:].T
@@ -46,10 +49,10 @@ def gram_distances(rows: Float64Array, block: int = 512) -> Float64Array:
     """
     squared = np.einsum("ij,ij->i", rows, rows)
 
-    def fill(row: int, dots: npt.NDArray[np.floating], out: Float64Array) -> None:
+    def fill(row: int, dots: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
         np.subtract(squared[row] + squared[row + 1 :], 2.0 * dots, out=out)
 
-    condensed = _condensed(rows, block, fill)
+    condensed = np.asarray(_condensed(rows, block, fill), dtype=np.float64)
     distances: Float64Array = np.sqrt(np.maximum(condensed, 0.0, out=condensed), out=condensed)
     return distances
 
@@ -63,13 +66,31 @@ def cosine_distances(unit_rows: npt.NDArray[np.floating], block: int = 512) -> F
     cosine 0 (:func:`~.sketch.sketch_cosine_matrix`).
     """
 
-    def fill(row: int, dots: npt.NDArray[np.floating], out: Float64Array) -> None:
+    def fill(row: int, dots: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
         out[:] = dots
 
-    condensed = _condensed(unit_rows, block, fill)
+    condensed = np.asarray(_condensed(unit_rows, block, fill), dtype=np.float64)
     np.subtract(1.0, condensed, out=condensed)
     distances: Float64Array = np.clip(condensed, 0.0, 2.0, out=condensed)
     return distances
+
+
+def negated_cosines(
+    unit_rows: npt.NDArray[np.floating], block: int = 512
+) -> npt.NDArray[np.floating]:
+    """Condensed −uᵢ·uⱼ, the products clipped to [−1, 1], of unit rows (k, d), in their dtype.
+
+    Ordered as :func:`cosine_distances` (1 − uᵢ·uⱼ) and joined by complete linkage into
+    the same tree (its heights shifted by −1), but stored in the rows' dtype, exactly as
+    the products came: a float32 vector for float32 sketches, half of float64 distances,
+    and no rounding of 1 − uᵢ·uⱼ that could tie two cosines near 0 that differ.
+    """
+
+    def fill(row: int, dots: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
+        np.negative(dots, out=out)
+
+    condensed = _condensed(unit_rows, block, fill, dtype=unit_rows.dtype)
+    return np.clip(condensed, -1.0, 1.0, out=condensed)
 
 
 def top_split(tree: Float64Array, n: int) -> IntArray:

@@ -21,12 +21,13 @@ the jump is a ratio and does not depend on the units of the distance.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
 
+from coordinator.strategies import nn_chain
 from coordinator.strategies.aggregate import unit_rows
 from coordinator.strategies.condensed import cosine_distances, gram_distances
 from faultfleet.types import Float64Array, FloatArray, IntArray
@@ -81,6 +82,9 @@ def linkage_tree(
     √(‖a‖² + ‖b‖² − 2⟨a, b⟩), one matrix product instead of scipy's ``pdist`` loop (tens
     of times faster for thousands of rows, equal up to rounding): FL+HC uses it on
     sketches, whose distances are estimates anyway, and keeps ``pdist`` on exact updates.
+    The average, complete and Ward linkages of 2,048 or more clients run in place on that
+    condensed vector (:func:`.nn_chain.linkage`: scipy's tree without scipy's float64 copy
+    of the k²/2 distances); single linkage is scipy's (a minimum spanning tree).
     """
     if linkage_name not in LINKAGES or metric not in METRICS:
         raise ValueError(
@@ -100,7 +104,10 @@ def linkage_tree(
         condensed = gram_distances(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
     else:
         condensed = pdist(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
-    return np.asarray(linkage(condensed, method=linkage_name), dtype=np.float64)
+    if linkage_name == "single":
+        return np.asarray(linkage(condensed, method="single"), dtype=np.float64)
+    # the vector is ours: from 2,048 clients linked in place, without scipy's float64 copy
+    return nn_chain.linkage(condensed, m, cast(nn_chain.ChainMethod, linkage_name))
 
 
 def flat_labels(tree: Float64Array, distance_threshold: float, m: int) -> IntArray:

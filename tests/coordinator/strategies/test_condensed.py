@@ -8,7 +8,12 @@ from scipy.spatial.distance import pdist, squareform
 from sklearn.cluster import AgglomerativeClustering
 
 from coordinator.strategies.aggregate import cosine_similarity_matrix, unit_rows
-from coordinator.strategies.condensed import cosine_distances, gram_distances, top_split
+from coordinator.strategies.condensed import (
+    cosine_distances,
+    gram_distances,
+    negated_cosines,
+    top_split,
+)
 
 
 def test_gram_distances_equal_pdist() -> None:
@@ -48,6 +53,27 @@ def test_cosine_distances_of_float32_rows_are_single_precision_products() -> Non
     np.testing.assert_allclose(single, cosine_distances(rows), atol=1e-6)
     assert single.min() >= 0.0
     assert single.max() <= 2.0
+
+
+def test_negated_cosines_are_the_rows_products_in_their_dtype() -> None:
+    # Prepare: float32 unit rows with a repeated row and its opposite (products at ±1)
+    rows = unit_rows(list(np.random.default_rng(4).normal(size=(40, 100)))).astype(np.float32)
+    rows[1], rows[2] = rows[0], -rows[0]
+    products = (rows @ rows.T)[np.triu_indices(40, k=1)]
+
+    # Execute
+    condensed = negated_cosines(rows, block=7)
+
+    # Assert: float32 products (up to the matrix product's blocking), negated and clipped;
+    # ordered as the distances of the same blocks
+    assert condensed.dtype == np.float32
+    np.testing.assert_allclose(condensed, -np.clip(products, -1.0, 1.0), rtol=0.0, atol=1e-6)
+    assert condensed.min() >= -1.0
+    assert condensed.max() <= 1.0
+    np.testing.assert_array_equal(
+        np.argsort(condensed, kind="stable"),
+        np.argsort(cosine_distances(rows, block=7), kind="stable"),
+    )
 
 
 def test_top_split_is_scikit_learns_cut_into_two_clusters() -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import pdist
 
-from coordinator.strategies.flhc_tree import largest_gap_cut, weakest_heights
+from coordinator.strategies.aggregate import unit_rows
+from coordinator.strategies.condensed import cosine_distances, gram_distances
+from coordinator.strategies.flhc_tree import largest_gap_cut, linkage_tree, weakest_heights
+from coordinator.strategies.nn_chain import IN_PLACE_FROM
 
 # 6 clients: three merges inside groups (0.1–0.2), then two between groups (1.0, 1.2)
 HEIGHTS = np.array([0.1, 0.15, 0.2, 1.0, 1.2])
@@ -68,3 +72,27 @@ def test_weakest_heights_are_the_last_merge_inside_each_cluster() -> None:
 
     # Assert
     assert weakest == pytest.approx({0: 1.0, 1: 2.0})
+
+
+@pytest.mark.parametrize(
+    ("linkage_name", "metric", "gram"),
+    [("ward", "euclidean", True), ("average", "cosine", False), ("complete", "euclidean", False)],
+)
+def test_a_tree_of_thousands_of_updates_is_scipys(
+    linkage_name: str, metric: str, gram: bool
+) -> None:
+    # Prepare: more clients than nn_chain.IN_PLACE_FROM, so that the linkage runs in place
+    rng = np.random.default_rng(5)
+    m = IN_PLACE_FROM + 52
+    rows = rng.normal(size=(5, 24))[rng.integers(0, 5, m)] + rng.normal(size=(m, 24))
+    if metric == "cosine":
+        condensed = cosine_distances(unit_rows(list(rows)))
+    else:
+        condensed = gram_distances(rows) if gram else pdist(rows)
+    expected = linkage(condensed, method=linkage_name)
+
+    # Execute
+    tree = linkage_tree(rows, linkage_name=linkage_name, metric=metric, gram=gram)
+
+    # Assert: scipy's tree of the same distances, merge for merge
+    np.testing.assert_array_equal(tree, expected)
