@@ -61,8 +61,8 @@ def linkage(condensed: npt.NDArray[np.floating], n: int, method: ChainMethod) ->
     Raises
     ------
     ValueError
-        ``condensed`` is not a one-dimensional vector of n(n − 1)/2 entries, n < 2, or an
-        unknown method.
+        ``condensed`` is not a one-dimensional vector of n(n − 1)/2 finite entries, n < 2,
+        or an unknown method.
     """
     if n >= IN_PLACE_FROM:
         return chain_linkage(condensed, n, method)
@@ -92,6 +92,12 @@ def _check(condensed: npt.NDArray[np.floating], n: int, method: str) -> None:
         )
     if method not in CHAIN_METHODS:
         raise ValueError(f"unknown linkage method {method!r}; one of {', '.join(CHAIN_METHODS)}")
+    # min and max carry a NaN or an infinity through, without a mask the vector's size
+    if not (np.isfinite(condensed.min()) and np.isfinite(condensed.max())):
+        raise ValueError(
+            "the condensed distances must be finite, as scipy's linkage requires; a NaN or "
+            "an infinity came from the rows they were computed from"
+        )
 
 
 class _Chain:
