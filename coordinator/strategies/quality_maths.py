@@ -250,9 +250,10 @@ def _split_on_table(block: Float64Array, members: IntArray) -> tuple[IntArray, I
     whole n × n table after every merge cost O(n³): over two minutes for the clusters of
     1,000-plus members that fleets of 10,000 clients form. The merges are the same, to the
     bit: every mean is the same quotient of the same sums. The table is symmetric, so a
-    merge writes the merged row and copies it into the column, and reads the column from
-    the row (strided reads of a column cost more than the row's arithmetic at thousands of
-    members); the counts are whole numbers, kept as int32.
+    merge writes the merged row and copies it into the column (on the living parts' rows
+    only: no other row is read again), and reads the column from the row (strided reads of
+    a column cost more than the row's arithmetic at thousands of members); the counts are
+    whole numbers, kept as int32.
     """
     n = len(members)
     known = ~np.isnan(block)
@@ -284,14 +285,15 @@ def _split_on_table(block: Float64Array, members: IntArray) -> tuple[IntArray, I
             return None
         drop = int(partner[keep])
         parts[keep].extend(parts[drop])
-        for matrix in (sums, counts):  # symmetric: the column is the merged row
+        alive[drop] = False
+        living = np.flatnonzero(alive)
+        for matrix in (sums, counts):  # symmetric, on the living parts' rows
             matrix[keep, :] += matrix[drop, :]
             matrix[keep, keep] = 0.0
-            matrix[:, keep] = matrix[keep, :]
-        alive[drop] = False
+            matrix[living, keep] = matrix[keep, living]
         best[drop], partner[drop] = -np.inf, -1
         stale = np.flatnonzero(alive & ((partner == keep) | (partner == drop)))
-        earlier = np.flatnonzero(alive[:keep])
+        earlier = living[: np.searchsorted(living, keep)]
         row_sums, row_counts = sums[keep, earlier], counts[keep, earlier]
         with np.errstate(invalid="ignore", divide="ignore"):
             column = np.where(row_counts > 0, row_sums / row_counts, -np.inf)
