@@ -13,7 +13,13 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import pdist
 
 from coordinator.strategies.bipartition import sketch_bipartition
-from coordinator.strategies.nn_chain import CHAIN_METHODS, IN_PLACE_FROM, chain_linkage, linkage
+from coordinator.strategies.nn_chain import (
+    CACHED_ROWS,
+    CHAIN_METHODS,
+    IN_PLACE_FROM,
+    chain_linkage,
+    linkage,
+)
 
 
 def _scipy(condensed: np.ndarray, method: str = "complete") -> np.ndarray:
@@ -25,17 +31,18 @@ def _scipy(condensed: np.ndarray, method: str = "complete") -> np.ndarray:
     n=st.integers(2, 30),
     levels=st.integers(1, 6),
     method=st.sampled_from(CHAIN_METHODS),
+    cached_rows=st.sampled_from([1, 2, 3, CACHED_ROWS]),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_equals_scipys_linkage_matrix_with_many_ties(
-    n: int, levels: int, method: str, seed: int
+    n: int, levels: int, method: str, cached_rows: int, seed: int
 ) -> None:
     # Prepare: distances drawn from a handful of values, so that most comparisons tie
     condensed = np.random.default_rng(seed).integers(1, levels + 1, n * (n - 1) // 2) / levels
     expected = _scipy(condensed, method)
 
     # Execute
-    tree = chain_linkage(condensed.copy(), n, method)  # type: ignore[arg-type]
+    tree = chain_linkage(condensed.copy(), n, method, cached_rows=cached_rows)  # type: ignore[arg-type]
 
     # Assert: every merge, name, height and size as scipy's
     np.testing.assert_array_equal(tree, expected)
