@@ -84,7 +84,9 @@ def chain_linkage(
     cached_rows: int = CACHED_ROWS,
 ) -> Float64Array:
     """:func:`linkage` computed in place whatever n, keeping the rows of the chain's
-    ``cached_rows`` latest clusters (tests compare it with scipy's on small vectors)."""
+    ``cached_rows`` (≥ 1) latest clusters (tests compare it with scipy's on small vectors)."""
+    if cached_rows < 1:
+        raise ValueError(f"cached_rows must be >= 1, got {cached_rows}")
     _check(condensed, n, method)
     chain = _Chain(condensed, n, method, cached_rows)
     merges = np.empty((n - 1, 4))

@@ -104,6 +104,8 @@ def test_rejects_a_vector_of_the_wrong_length_too_few_points_or_an_unknown_metho
         chain_linkage(np.array([1.0, np.nan, 2.0]), 3, "complete")
     with pytest.raises(ValueError, match="must be finite"):
         linkage(np.array([1.0, 2.0, np.inf], dtype=np.float32), 3, "ward")
+    with pytest.raises(ValueError, match="cached_rows must be >= 1, got 0"):
+        chain_linkage(np.zeros(6), 4, "complete", cached_rows=0)
     with pytest.raises(ValueError, match="unknown linkage method 'single'"):
         linkage(np.zeros(6), 4, "single")  # type: ignore[arg-type]
 
