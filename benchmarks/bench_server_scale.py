@@ -11,8 +11,8 @@ FL+HC in its clustering round (round 1 here, no warm-up; round 2 is FedAvg per c
 CFL every round (``criterion = "similarity"``, splits from round 1). Both stream under
 sketches (each update folded into its model's sum as it arrives, as the coordinator does;
 their exact paths take the list: N × 60,432 × 4 bytes, 2.4 GB at 10,000), and hold the
-N²/2 distances of their linkage (FL+HC's dendrogram in float64, CFL's bipartition in
-float32; once, linked in place from 2,048 agents by ``coordinator/strategies/nn_chain.py``);
+N²/2 distances of their linkage (FL+HC's dendrogram, CFL's bipartition; once, in float32,
+linked in place from 2,048 agents by ``coordinator/strategies/nn_chain.py``);
 sketches remove the n of the N²·n, not the N². CFL splits one cluster in two per test, so
 after a few rounds the sketch and exact paths can be at different stages of the same
 hierarchy (a low ARI between them that later rounds close): give it rounds enough to stop

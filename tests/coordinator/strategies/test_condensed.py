@@ -22,6 +22,14 @@ def test_gram_distances_equal_pdist() -> None:
         np.testing.assert_allclose(gram_distances(rows, block), pdist(rows), rtol=1e-9, atol=1e-9)
 
 
+def test_gram_distances_in_float32_are_the_float64_ones_rounded_once() -> None:
+    rows = np.random.default_rng(6).normal(size=(40, 30))
+    for block in (7, 512):
+        single = gram_distances(rows, block, dtype=np.float32)
+        assert single.dtype == np.float32
+        np.testing.assert_array_equal(single, gram_distances(rows, block).astype(np.float32))
+
+
 def test_cosine_distances_equal_the_matrix_upper_triangle() -> None:
     # Prepare: a zero update among them (cosine 0 with every other, distance 1)
     rng = np.random.default_rng(1)

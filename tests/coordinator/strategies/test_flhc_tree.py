@@ -9,7 +9,12 @@ from scipy.spatial.distance import pdist
 
 from coordinator.strategies.aggregate import unit_rows
 from coordinator.strategies.condensed import cosine_distances, gram_distances
-from coordinator.strategies.flhc_tree import largest_gap_cut, linkage_tree, weakest_heights
+from coordinator.strategies.flhc_tree import (
+    flat_labels,
+    largest_gap_cut,
+    linkage_tree,
+    weakest_heights,
+)
 from coordinator.strategies.nn_chain import IN_PLACE_FROM
 
 # 6 clients: three merges inside groups (0.1–0.2), then two between groups (1.0, 1.2)
@@ -74,25 +79,43 @@ def test_weakest_heights_are_the_last_merge_inside_each_cluster() -> None:
     assert weakest == pytest.approx({0: 1.0, 1: 2.0})
 
 
-@pytest.mark.parametrize(
-    ("linkage_name", "metric", "gram"),
-    [("ward", "euclidean", True), ("average", "cosine", False), ("complete", "euclidean", False)],
-)
-def test_a_tree_of_thousands_of_updates_is_scipys(
-    linkage_name: str, metric: str, gram: bool
-) -> None:
-    # Prepare: more clients than nn_chain.IN_PLACE_FROM, so that the linkage runs in place
+def _thousands_of_updates() -> np.ndarray:
+    """More clients than nn_chain.IN_PLACE_FROM (the linkage runs in place), in 5 groups."""
     rng = np.random.default_rng(5)
     m = IN_PLACE_FROM + 52
-    rows = rng.normal(size=(5, 24))[rng.integers(0, 5, m)] + rng.normal(size=(m, 24))
-    if metric == "cosine":
-        condensed = cosine_distances(unit_rows(list(rows)))
-    else:
-        condensed = gram_distances(rows) if gram else pdist(rows)
+    rows: np.ndarray = rng.normal(size=(5, 24))[rng.integers(0, 5, m)] * 3
+    return rows + rng.normal(size=(m, 24))
+
+
+@pytest.mark.parametrize(("linkage_name", "metric"), [("average", "cosine"), ("ward", "euclidean")])
+def test_a_tree_of_thousands_of_updates_is_scipys(linkage_name: str, metric: str) -> None:
+    # Prepare
+    rows = _thousands_of_updates()
+    condensed = cosine_distances(unit_rows(list(rows))) if metric == "cosine" else pdist(rows)
     expected = linkage(condensed, method=linkage_name)
 
     # Execute
-    tree = linkage_tree(rows, linkage_name=linkage_name, metric=metric, gram=gram)
+    tree = linkage_tree(rows, linkage_name=linkage_name, metric=metric)
 
     # Assert: scipy's tree of the same distances, merge for merge
     np.testing.assert_array_equal(tree, expected)
+
+
+@pytest.mark.parametrize("linkage_name", ["ward", "average", "complete"])
+def test_a_tree_of_thousands_of_sketched_rows_is_scipys_up_to_float32(linkage_name: str) -> None:
+    # Prepare: scipy's tree of the float64 Gram distances
+    rows = _thousands_of_updates()
+    m = len(rows)
+    expected = linkage(gram_distances(rows), method=linkage_name)
+
+    # Execute: the sketch path's tree, its distances and updates stored in float32
+    tree = linkage_tree(rows, linkage_name=linkage_name, metric="euclidean", gram=True)
+
+    # Assert: the same merges and clusters, the heights to float32's rounding
+    np.testing.assert_array_equal(tree[:, [0, 1, 3]], expected[:, [0, 1, 3]])
+    np.testing.assert_allclose(tree[:, 2], expected[:, 2], rtol=1e-6, atol=0.0)
+    assert not np.array_equal(tree[:, 2], expected[:, 2])  # float32 heights indeed
+    cuts = [largest_gap_cut(t[:, 2], min_clusters=2, max_clusters=None) for t in (tree, expected)]
+    labels = flat_labels(tree, cuts[0], m)
+    np.testing.assert_array_equal(labels, flat_labels(expected, cuts[1], m))
+    assert labels.max() + 1 == 5
