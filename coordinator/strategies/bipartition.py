@@ -73,8 +73,8 @@ def sketch_bipartition(unit_sketches: npt.NDArray[np.floating]) -> IntArray:
     """
     if unit_sketches.ndim != 2:
         raise ValueError(f"unit sketches must be an (m, d) array, got shape {unit_sketches.shape}")
-    _check_size(unit_sketches.shape[0])
     m = unit_sketches.shape[0]
+    _check_size(m)
     return top_split(linkage(negated_cosines(unit_sketches), m, "complete"), m)
 
 

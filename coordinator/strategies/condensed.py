@@ -51,19 +51,11 @@ def gram_distances(
     ``float32`` rounds each distance once and halves the memory.
     """
     squared = np.einsum("ij,ij->i", rows, rows)
-    if np.dtype(dtype) == np.float64:
 
-        def fill(row: int, dots: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
-            np.subtract(squared[row] + squared[row + 1 :], 2.0 * dots, out=out)
-
-        condensed = np.asarray(_condensed(rows, block, fill), dtype=np.float64)
-        distances: Float64Array = np.sqrt(np.maximum(condensed, 0.0, out=condensed), out=condensed)
-        return distances
-
-    def rounded(row: int, dots: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
+    def fill(row: int, dots: npt.NDArray[np.floating], out: npt.NDArray[np.floating]) -> None:
         out[:] = np.sqrt(np.maximum(squared[row] + squared[row + 1 :] - 2.0 * dots, 0.0))
 
-    return _condensed(rows, block, rounded, dtype=dtype)
+    return _condensed(rows, block, fill, dtype=dtype)
 
 
 def cosine_distances(unit_rows: npt.NDArray[np.floating], block: int = 512) -> Float64Array:
